@@ -1,0 +1,46 @@
+"""envmgr: step many gymnasium environments in worker processes as one batch.
+
+Every worker owns a batch of envs, steps them when told, and reports its own
+timer tree, which the parent merges into its own: one JSON document shows the
+training loop and, beneath it, where every worker spent its time.
+"""
+
+from __future__ import annotations
+
+from envmgr import timers
+from envmgr.errors import (
+    AlreadyPendingCallError,
+    BrokenWorkerError,
+    ClosedManagerError,
+    EnvMgrError,
+    NoAsyncCallError,
+    RemoteTraceback,
+    UsageError,
+    WorkerDiedError,
+    WorkerError,
+    WorkerFailure,
+    WorkerTimeoutError,
+)
+from envmgr.manager import SubprocessEnvManager, default_start_method
+from envmgr.messages import StepResponse
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "SubprocessEnvManager",
+    "StepResponse",
+    "default_start_method",
+    "timers",
+    "EnvMgrError",
+    "UsageError",
+    "ClosedManagerError",
+    "AlreadyPendingCallError",
+    "NoAsyncCallError",
+    "WorkerFailure",
+    "WorkerDiedError",
+    "WorkerTimeoutError",
+    "WorkerError",
+    "BrokenWorkerError",
+    "RemoteTraceback",
+    "__version__",
+]

@@ -1,0 +1,856 @@
+"""``SubprocessEnvManager``: many envs in a few worker processes, stepped as one batch.
+
+Design in brief:
+
+* Each worker owns ``envs_per_worker`` envs and is woken once per batch step.
+* Observations, actions, rewards and done flags live in one shared-memory
+  segment (:mod:`envmgr.shared_memory`); per step only a tiny command and a
+  :class:`~envmgr.messages.StepResponse` (infos, and timers when asked) cross
+  each pipe.
+* The parent waits on the worker pipes *and* the process sentinels together,
+  so a worker that dies is noticed at once instead of hanging the caller.
+* Worker timer trees are merged into the caller's current timer context under
+  ``workers`` -> ``worker_root`` and ``workers`` -> ``worker_<i>`` as parallel
+  nodes. Workers ship their trees every ``timer_interval`` seconds rather than
+  every step (it would cost several percent of throughput), and any read of the
+  tree through :mod:`envmgr.timers` first pulls in what has not been shipped, so
+  a read always reflects every completed step.
+"""
+
+from __future__ import annotations
+
+import atexit
+import multiprocessing as mp
+import os
+import pickle
+import select
+import sys
+import threading
+import types
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from copy import deepcopy
+from multiprocessing.connection import Connection
+from time import monotonic, perf_counter
+from typing import Any
+
+import cloudpickle
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
+
+from envmgr import timers
+from envmgr.errors import (
+    AlreadyPendingCallError,
+    ClosedManagerError,
+    NoAsyncCallError,
+    RemoteTraceback,
+    WorkerDiedError,
+    WorkerError,
+    WorkerTimeoutError,
+)
+from envmgr.messages import (
+    Ack,
+    Attach,
+    Call,
+    CallResponse,
+    Close,
+    Command,
+    ErrorResponse,
+    FlushTimers,
+    Ready,
+    Reset,
+    Response,
+    SetAttr,
+    Step,
+    StepResponse,
+    WorkerConfig,
+)
+from envmgr.shared_memory import SharedBuffers, SharedLayout, tree_map
+from envmgr.validation import ActionChecker
+from envmgr.worker import worker_main
+
+__all__ = ["SubprocessEnvManager", "default_start_method", "DEFAULT_SPIN_SECONDS"]
+
+EnvFactory = Callable[[], gym.Env[Any, Any]]
+
+#: How long a worker busy-polls (yielding its core) for the next command
+#: before it blocks. See the README's performance section for how it was chosen.
+DEFAULT_SPIN_SECONDS = 200e-6
+#: How often workers ship their timer trees during a steady stepping loop.
+DEFAULT_TIMER_INTERVAL = 1.0
+
+_LIVE_MANAGERS: weakref.WeakSet[SubprocessEnvManager] = weakref.WeakSet()
+
+
+def default_start_method() -> str:
+    """``forkserver`` where it exists (Linux, macOS), else ``spawn``.
+
+    ``fork`` is faster to start but unsafe once the parent has threads (Ray,
+    PyTorch, gRPC all start some), so it is only used when asked for.
+    """
+    return "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+
+
+@contextmanager
+def _main_module_hidden() -> Iterator[None]:
+    """Keep spawn/forkserver children from re-running the user's ``__main__``.
+
+    Workers need nothing from ``__main__``: env factories travel by value with
+    cloudpickle. Hiding it means scripts without an ``if __name__ == "__main__"``
+    guard work under every start method.
+    """
+    main = sys.modules.get("__main__")
+    stub = types.ModuleType("__main__")
+    sys.modules["__main__"] = stub
+    try:
+        yield
+    finally:
+        if main is not None:
+            sys.modules["__main__"] = main
+
+
+def _resolve_layout(
+    env_fns: EnvFactory | Sequence[EnvFactory],
+    n_workers: int | None,
+    envs_per_worker: int | None,
+) -> tuple[list[EnvFactory], int, int]:
+    """Turn the constructor's arguments into (factories, n_workers, envs_per_worker)."""
+    for name, value in (("n_workers", n_workers), ("envs_per_worker", envs_per_worker)):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if callable(env_fns):
+        w = n_workers if n_workers is not None else min(2, os.cpu_count() or 1)
+        e = envs_per_worker if envs_per_worker is not None else 1
+        return [env_fns] * (w * e), w, e
+    fns = list(env_fns)
+    if not fns:
+        raise ValueError("env_fns is an empty sequence: need at least one env factory")
+    for i, fn in enumerate(fns):
+        if not callable(fn):
+            raise ValueError(f"env_fns[{i}] is {fn!r}, not a zero-argument callable")
+    n = len(fns)
+    if n_workers is not None and envs_per_worker is not None:
+        if n_workers * envs_per_worker != n:
+            raise ValueError(
+                f"n_workers * envs_per_worker = {n_workers} * {envs_per_worker} = "
+                f"{n_workers * envs_per_worker}, but {n} env factories were given"
+            )
+        return fns, n_workers, envs_per_worker
+    if n_workers is not None:
+        if n % n_workers:
+            raise ValueError(f"{n} env factories cannot be split evenly over n_workers={n_workers}")
+        return fns, n_workers, n // n_workers
+    if envs_per_worker is not None:
+        if n % envs_per_worker:
+            raise ValueError(
+                f"{n} env factories cannot be split into groups of envs_per_worker={envs_per_worker}"
+            )
+        return fns, n // envs_per_worker, envs_per_worker
+    cores = os.cpu_count() or 1
+    w = max(d for d in range(1, min(cores, n) + 1) if n % d == 0)
+    return fns, w, n // w
+
+
+class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
+    """A ``gymnasium.vector.VectorEnv`` whose envs run in worker processes.
+
+    Example:
+        >>> import gymnasium as gym
+        >>> from envmgr import SubprocessEnvManager
+        >>> with SubprocessEnvManager(lambda: gym.make("CartPole-v1"), 2, 4) as envs:
+        ...     obs, infos = envs.reset(seed=0)
+        ...     obs, rew, term, trunc, infos = envs.step(envs.action_space.sample())
+
+    Args:
+        env_fns: One zero-argument env factory, called once per env, or a
+            sequence of them, one per env (as ``gymnasium.vector.AsyncVectorEnv``).
+            Lambdas and closures are fine: they travel with cloudpickle.
+        n_workers: Number of worker processes. With a single factory it defaults
+            to ``min(2, cpu_count)``; with a sequence, it is derived from the
+            sequence's length and ``envs_per_worker``.
+        envs_per_worker: Envs each worker owns and steps per command.
+        context: Start method: ``"fork"``, ``"forkserver"`` or ``"spawn"``.
+            Defaults to :func:`default_start_method`. Scripts without a
+            ``__main__`` guard work under all three.
+        copy: Return copies of the observations (default). With ``False`` the
+            observations returned are read-only views into shared memory that the
+            next ``step``/``reset`` overwrites: copy what you keep.
+        autoreset_mode: Gymnasium autoreset mode; next-step by default.
+        spin_seconds: How long a worker busy-polls for the next command before
+            blocking (``0`` blocks at once). Spinning saves a wake-up (about
+            20 µs here) per step while stepping; it yields the core, so it does
+            not starve other processes.
+        step_timeout: Seconds a worker may take to answer a step or reset
+            (``None``: no limit; a dead worker is still noticed at once).
+        start_timeout: Seconds a worker may take to build its envs.
+        close_timeout: Seconds ``close()`` waits for workers to exit before
+            terminating them.
+        timer_interval: Seconds between timer-tree shipments from workers while
+            stepping; reads of the timer tree always pull in the rest first.
+        check_actions: Validate actions against the action space in the parent
+            before sending them (shape, range, NaN). Turn off only for speed.
+    """
+
+    def __init__(
+        self,
+        env_fns: EnvFactory | Sequence[EnvFactory],
+        n_workers: int | None = None,
+        envs_per_worker: int | None = None,
+        *,
+        context: str | None = None,
+        copy: bool = True,
+        autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
+        spin_seconds: float = DEFAULT_SPIN_SECONDS,
+        step_timeout: float | None = None,
+        start_timeout: float | None = 120.0,
+        close_timeout: float = 5.0,
+        timer_interval: float = DEFAULT_TIMER_INTERVAL,
+        check_actions: bool = True,
+    ) -> None:
+        self.closed = True  # until start-up succeeds; makes close() safe to call early
+        self._processes: list[Any] = []
+        self._conns: list[Connection] = []
+        self._buffers: SharedBuffers | None = None
+        self._broken: str | None = None
+        fns, n_workers, envs_per_worker = _resolve_layout(env_fns, n_workers, envs_per_worker)
+        self.n_workers = n_workers
+        self.envs_per_worker = envs_per_worker
+        self.num_envs = n_workers * envs_per_worker
+        self.context = context or default_start_method()
+        if self.context not in mp.get_all_start_methods():
+            raise ValueError(
+                f"context={self.context!r} is not a start method here; "
+                f"choose from {mp.get_all_start_methods()}"
+            )
+        self.copy = copy
+        self.autoreset_mode = AutoresetMode(autoreset_mode)
+        self.spin_seconds = float(spin_seconds)
+        self.step_timeout = step_timeout
+        self.start_timeout = start_timeout
+        self.close_timeout = close_timeout
+        self.timer_interval = timer_interval
+        self.check_actions = check_actions
+        self._ctx = mp.get_context(self.context)
+        if self.context == "forkserver":
+            # Workers fork from a server that already imported numpy and gymnasium.
+            self._ctx.set_forkserver_preload(["envmgr.worker"])
+        self._seq = 0
+        self._pending: tuple[str, int, Any] | None = None
+        self._timer_stack: timers.TimerStack | None = None
+        self._timer_target: timers.TimerNode | None = None
+        self._timer_thread = threading.get_ident()
+        self._unshipped = False
+        self._last_ship = perf_counter()
+        self._fallback_obs: list[Any] = []
+
+        try:
+            # Pickle every factory in the parent: an unpicklable one fails here,
+            # with its reason, not as a dead worker.
+            payloads = []
+            for w in range(n_workers):
+                chunk = fns[w * envs_per_worker : (w + 1) * envs_per_worker]
+                try:
+                    payloads.append(cloudpickle.dumps(chunk))
+                except Exception as exc:
+                    raise ValueError(
+                        f"env factory for worker {w} (envs {w * envs_per_worker}-"
+                        f"{(w + 1) * envs_per_worker - 1}) cannot be pickled: {exc}"
+                    ) from exc
+            self._start(payloads)
+        except BaseException:
+            self._shutdown()
+            raise
+        self.closed = False
+        _LIVE_MANAGERS.add(self)
+        self._unhook = timers.register_flush_hook(self._flush_hook)
+
+    # ================================================================ start-up
+
+    def _env_range(self, w: int) -> range:
+        return range(w * self.envs_per_worker, (w + 1) * self.envs_per_worker)
+
+    def _where(self, w: int) -> str:
+        r = self._env_range(w)
+        return f"worker {w} (envs {r.start}-{r.stop - 1})"
+
+    def _start(self, payloads: list[bytes]) -> None:
+        for w, payload in enumerate(payloads):
+            parent_conn, child_conn = self._ctx.Pipe(duplex=True)
+            config = WorkerConfig(
+                worker_index=w,
+                env_offset=w * self.envs_per_worker,
+                env_fns=payload,
+                autoreset_mode=self.autoreset_mode.value,
+                spin_seconds=self.spin_seconds,
+                manager_pid=os.getpid(),
+                # A forked child inherits the parent's ends of earlier workers'
+                # pipes; it closes them so a dead parent reads as end-of-file.
+                fds_to_close=tuple(c.fileno() for c in self._conns) if self.context == "fork" else (),
+            )
+            proc = self._ctx.Process(
+                target=worker_main,
+                args=(child_conn, config),
+                name=f"envmgr-worker-{w}",
+                daemon=True,
+            )
+            with _main_module_hidden():
+                proc.start()
+            child_conn.close()
+            self._processes.append(proc)
+            self._conns.append(parent_conn)
+
+        readies = self._gather(range(self.n_workers), -1, self.start_timeout, "start")
+        first: Ready = readies[0]
+        for w in range(1, self.n_workers):
+            r = readies[w]
+            for kind in ("observation_space", "action_space"):
+                if getattr(r, kind) != getattr(first, kind):
+                    raise ValueError(
+                        f"{self._where(w)} has {kind} {getattr(r, kind)}, "
+                        f"but worker 0 (env 0) has {getattr(first, kind)}"
+                    )
+        self.single_observation_space = first.observation_space
+        self.single_action_space = first.action_space
+        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = batch_space(self.single_action_space, self.num_envs)
+        self.metadata = dict(first.metadata)
+        self.metadata["autoreset_mode"] = self.autoreset_mode
+        self.render_mode = first.render_mode
+        self.spec = first.spec
+        self.worker_pids = [r.pid for r in (readies[w] for w in range(self.n_workers))]
+
+        self._buffers = SharedBuffers.create(
+            self.single_observation_space, self.single_action_space, self.num_envs
+        )
+        seq = self._next_seq()
+        self._broadcast(lambda w: Attach(seq, self._buffers.layout))  # type: ignore[union-attr]
+        self._gather(range(self.n_workers), seq, self.start_timeout, "attach")
+        self._checker = ActionChecker(self.single_action_space, self.num_envs, self.envs_per_worker)
+        self._init_observation_views()
+
+    def _init_observation_views(self) -> None:
+        buffers = self._buffers
+        assert buffers is not None
+        if buffers.observations is not None:
+
+            def read_only(a: np.ndarray) -> np.ndarray:
+                v = a.view()
+                v.flags.writeable = False
+                return v
+
+            self._obs_views = tree_map(read_only, buffers.observations)
+        else:
+            self._fallback_obs = [None] * self.num_envs
+            self._obs_views = create_empty_array(self.single_observation_space, self.num_envs)
+
+    # ================================================================ messaging
+
+    def _next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    def _broadcast(self, make: Callable[[int], Command], workers: Iterable[int] | None = None) -> None:
+        for w in range(self.n_workers) if workers is None else workers:
+            try:
+                self._conns[w].send(make(w))
+            except (BrokenPipeError, ConnectionResetError, OSError) as exc:
+                self._fail_dead(w, f"could not send to it ({exc})")
+
+    def _gather(
+        self, workers: Iterable[int], seq: int, timeout: float | None, phase: str
+    ) -> dict[int, Any]:
+        """Wait for every listed worker's answer to command ``seq``.
+
+        Waits on pipes and process sentinels together, so a dead worker raises
+        :class:`WorkerDiedError` at once. Answers to older commands (late replies
+        after a timeout) are dropped. If several workers raise, all answers are
+        still collected (keeping every pipe in step) and the first error is raised.
+        """
+        pending = set(workers)
+        answers: dict[int, Any] = {}
+        errors: list[ErrorResponse] = []
+        deadline = None if timeout is None else monotonic() + timeout
+        poller = select.poll()
+        fd_map: dict[int, tuple[bool, int]] = {}
+        for w in pending:
+            c, s = self._conns[w].fileno(), self._processes[w].sentinel
+            poller.register(c, select.POLLIN)
+            poller.register(s, select.POLLIN)
+            fd_map[c] = (True, w)
+            fd_map[s] = (False, w)
+        while pending:
+            wait_ms = None if deadline is None else max(0, int((deadline - monotonic()) * 1000) + 1)
+            events = poller.poll(wait_ms)
+            if not events:
+                if deadline is not None and monotonic() >= deadline:
+                    self._fail_timeout(sorted(pending), phase, timeout)
+                continue
+            dead: list[int] = []
+            for fd, _ in events:
+                is_conn, w = fd_map[fd]
+                if w not in pending:
+                    continue
+                if not is_conn:
+                    dead.append(w)
+                    continue
+                try:
+                    msg = self._conns[w].recv()
+                except (EOFError, OSError):
+                    dead.append(w)
+                    continue
+                if getattr(msg, "seq", seq) != seq and not isinstance(msg, Ready):
+                    if not (isinstance(msg, ErrorResponse) and msg.seq == -1):
+                        continue  # a late answer to an older command
+                pending.discard(w)
+                poller.unregister(fd)
+                poller.unregister(self._processes[w].sentinel)
+                if isinstance(msg, ErrorResponse):
+                    errors.append(msg)
+                else:
+                    answers[w] = msg
+            for w in dead:
+                if w in pending and not self._conns[w].poll():
+                    self._fail_dead(w, f"it exited during {phase}")
+        if errors:
+            self._raise_remote(errors[0])
+        return answers
+
+    def _fail_dead(self, w: int, what: str) -> None:
+        proc = self._processes[w]
+        proc.join(0.5)
+        code = proc.exitcode
+        if code is None:
+            how = "is unresponsive"
+        elif code < 0:
+            try:
+                import signal
+
+                how = f"was killed by signal {signal.Signals(-code).name} (exit code {code})"
+            except ValueError:
+                how = f"was killed by signal {-code}"
+        else:
+            how = f"exited with code {code}"
+        message = f"{self._where(w)} {how}: {what}"
+        self._break(message)
+        raise WorkerDiedError(message, w, self._env_range(w), code)
+
+    def _fail_timeout(self, workers: list[int], phase: str, timeout: float | None) -> None:
+        where = ", ".join(self._where(w) for w in workers)
+        message = f"{where} did not answer {phase} within {timeout} s"
+        self._break(message)
+        raise WorkerTimeoutError(message, workers[0], self._env_range(workers[0]))
+
+    def _break(self, reason: str) -> None:
+        """Mark the manager unusable and release every resource it holds."""
+        self._broken = reason
+        self._pending = None
+        self._shutdown()
+        self.closed = True
+
+    def _raise_remote(self, err: ErrorResponse) -> None:
+        w = err.worker_index
+        where = self._where(w)
+        if err.env_index is not None:
+            where += f", env {err.env_index}"
+        where += f", during {err.phase}"
+        exc: BaseException | None = None
+        if err.exception is not None:
+            try:
+                exc = pickle.loads(err.exception)
+            except Exception:
+                exc = None
+        if not isinstance(exc, BaseException):
+            exc = WorkerError(
+                f"{where}: {err.type_name}: {err.message}",
+                w,
+                self._env_range(w),
+                err.type_name,
+                err.env_index,
+            )
+        else:
+            note = f"raised in envmgr {where}"
+            if hasattr(exc, "add_note"):
+                exc.add_note(note)
+            else:  # Python 3.10: keep the information reachable all the same
+                exc.__notes__ = [*getattr(exc, "__notes__", []), note]  # type: ignore[attr-defined]
+            for attr, value in (("worker_index", w), ("env_index", err.env_index)):
+                try:
+                    setattr(exc, attr, value)
+                except Exception:
+                    pass
+        if err.phase == "make" or err.seq == -1:
+            self._break(f"{where}: {err.type_name}: {err.message}")
+        raise exc from RemoteTraceback(err.traceback)
+
+    def _check_usable(self, name: str) -> None:
+        if self._broken is not None:
+            raise ClosedManagerError(f"cannot {name}: the manager is broken ({self._broken})")
+        if self.closed:
+            raise ClosedManagerError(f"cannot {name}: the manager is closed")
+
+    def _check_idle(self, name: str) -> None:
+        self._check_usable(name)
+        if self._pending is not None:
+            raise AlreadyPendingCallError(
+                f"cannot {name} while a {self._pending[0]} call is pending: "
+                f"call {self._pending[0]}_wait() first",
+                self._pending[0],
+            )
+
+    def _take_pending(self, kind: str) -> tuple[int, Any]:
+        self._check_usable(f"{kind}_wait")
+        if self._pending is None or self._pending[0] != kind:
+            raise NoAsyncCallError(
+                f"{kind}_wait() called without a pending {kind}_async()"
+                + ("" if self._pending is None else f" (a {self._pending[0]} call is pending)"),
+                kind,
+            )
+        _, seq, extra = self._pending
+        self._pending = None
+        return seq, extra
+
+    # ================================================================ timers
+
+    def _timer_node(self) -> timers.TimerNode:
+        """The node worker trees merge into: ``workers`` under the caller's current timer."""
+        stack = timers.get_default_stack()
+        if stack is not self._timer_stack:
+            self._timer_stack = stack
+            self._timer_thread = threading.get_ident()
+        return stack.current().get_child("workers")
+
+    def _want_timers(self) -> bool:
+        """Decide, before a step is sent, whether workers ship their trees with it."""
+        target = self._timer_node()
+        if target is not self._timer_target:
+            if self._unshipped and self._timer_target is not None:
+                self._flush_timers()
+            self._timer_target = target
+        return perf_counter() - self._last_ship >= self.timer_interval
+
+    def _merge_timers(self, answers: Iterable[StepResponse]) -> None:
+        target = self._timer_target
+        stack = self._timer_stack
+        for a in answers:
+            if a.timer_root is not None and target is not None:
+                target.merge(a.timer_root, root_name="worker_root", is_parallel=True)
+                target.merge(a.timer_root, root_name=f"worker_{a.worker_index}", is_parallel=True)
+            if a.gauges and stack is not None:
+                stack.merge_gauges(a.gauges)
+
+    def _flush_timers(self) -> None:
+        """Pull every worker's unshipped timings into the current target."""
+        if not self._unshipped or self._pending is not None or self.closed:
+            return
+        seq = self._next_seq()
+        self._broadcast(lambda w: FlushTimers(seq))
+        answers = self._gather(range(self.n_workers), seq, self.step_timeout, "flush_timers")
+        self._merge_timers(answers.values())
+        self._unshipped = False
+        self._last_ship = perf_counter()
+
+    def _flush_hook(self, stack: timers.TimerStack) -> None:
+        # Only the thread that steps this manager may talk to its workers.
+        if stack is self._timer_stack and threading.get_ident() == self._timer_thread:
+            self._flush_timers()
+
+    # ================================================================ actions
+
+    def _send_actions(self, actions: Any) -> tuple[Any, ...] | None:
+        """Validate and place the actions; returns per-env actions for the fallback."""
+        if self.check_actions:
+            self._checker.check(actions)
+        buffers = self._buffers
+        assert buffers is not None
+        if buffers.actions is None:
+            from gymnasium.vector.utils import iterate
+
+            return tuple(iterate(self.action_space, actions))
+        _copy_tree(buffers.actions, actions)
+        return None
+
+    # ================================================================ VectorEnv API
+
+    def reset(
+        self, *, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        """Reset every env (or those in ``options["reset_mask"]``).
+
+        Args:
+            seed: ``None`` (random), an int ``s`` (env ``i`` gets ``s + i``), or one
+                seed per env.
+            options: Passed to every ``env.reset``; a ``"reset_mask"`` entry (bool
+                array of shape ``(num_envs,)``) resets only those envs.
+
+        Returns:
+            The batched observations and the vector info dict.
+        """
+        self.reset_async(seed=seed, options=options)
+        return self.reset_wait()
+
+    def reset_async(
+        self, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None
+    ) -> None:
+        """Send a reset to the workers without waiting (see :meth:`reset`)."""
+        self._check_idle("reset_async")
+        n = self.num_envs
+        if seed is None:
+            seeds: list[int | None] = [None] * n
+        elif isinstance(seed, (int, np.integer)):
+            seeds = [int(seed) + i for i in range(n)]
+        else:
+            seeds = list(seed)
+            if len(seeds) != n:
+                raise ValueError(f"got {len(seeds)} seeds for num_envs={n}: pass one per env")
+        mask: np.ndarray | None = None
+        if options is not None and "reset_mask" in options:
+            options = dict(options)
+            mask = options.pop("reset_mask")
+            if not isinstance(mask, np.ndarray) or mask.dtype != np.bool_ or mask.shape != (n,):
+                raise ValueError(
+                    f"options['reset_mask'] must be a bool numpy array of shape ({n},), got "
+                    f"{type(mask).__name__} {getattr(mask, 'dtype', '')} {getattr(mask, 'shape', '')}"
+                )
+            if not mask.any():
+                raise ValueError("options['reset_mask'] has no True entry: nothing to reset")
+        workers = [
+            w for w in range(self.n_workers) if mask is None or mask[self._env_range(w)].any()
+        ]
+        ship = self._want_timers()
+        seq = self._next_seq()
+        e = self.envs_per_worker
+
+        def command(w: int) -> Reset:
+            sl = slice(w * e, (w + 1) * e)
+            return Reset(
+                seq,
+                tuple(seeds[sl]),
+                options,
+                None if mask is None else tuple(bool(b) for b in mask[sl]),
+                ship,
+            )
+
+        self._broadcast(command, workers)
+        self._unshipped = True
+        self._pending = ("reset", seq, (workers, ship))
+
+    def reset_wait(self, timeout: float | None = None) -> tuple[Any, dict[str, Any]]:
+        """Wait for the reset sent by :meth:`reset_async`.
+
+        Args:
+            timeout: Seconds to wait; defaults to the manager's ``step_timeout``.
+        """
+        seq, (workers, ship) = self._take_pending("reset")
+        with timers.hierarchical_timer("workers", self._timer_stack):
+            answers = self._gather(workers, seq, self._timeout(timeout), "reset")
+        return self._collect(answers, ship)[0], self._infos(answers)
+
+    def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Step every env with its action; see ``gymnasium.vector.VectorEnv.step``."""
+        self.step_async(actions)
+        return self.step_wait()
+
+    def step_async(self, actions: Any) -> None:
+        """Validate the actions, place them in shared memory and wake the workers."""
+        self._check_idle("step_async")
+        per_env = self._send_actions(actions)
+        ship = self._want_timers()
+        seq = self._next_seq()
+        e = self.envs_per_worker
+        if per_env is None:
+            command = Step(seq, ship)
+            self._broadcast(lambda w: command)
+        else:
+            self._broadcast(lambda w: Step(seq, ship, per_env[w * e : (w + 1) * e]))
+        self._unshipped = True
+        self._pending = ("step", seq, ship)
+
+    def step_wait(
+        self, timeout: float | None = None
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Wait for the step sent by :meth:`step_async` and return its batch.
+
+        Args:
+            timeout: Seconds to wait; defaults to the manager's ``step_timeout``.
+        """
+        seq, ship = self._take_pending("step")
+        with timers.hierarchical_timer("workers", self._timer_stack):
+            answers = self._gather(range(self.n_workers), seq, self._timeout(timeout), "step")
+        obs, buffers = self._collect(answers, ship)
+        return (
+            obs,
+            buffers.rewards.copy(),
+            buffers.terminations.copy(),
+            buffers.truncations.copy(),
+            self._infos(answers),
+        )
+
+    def _timeout(self, timeout: float | None) -> float | None:
+        return self.step_timeout if timeout is None else timeout
+
+    def _collect(self, answers: dict[int, StepResponse], ship: bool) -> tuple[Any, SharedBuffers]:
+        if ship:
+            self._merge_timers(answers.values())
+            self._unshipped = False
+            self._last_ship = perf_counter()
+        buffers = self._buffers
+        assert buffers is not None
+        if buffers.observations is None:
+            e = self.envs_per_worker
+            for w, a in answers.items():
+                if a.observations is not None:
+                    for i, o in enumerate(a.observations):
+                        if o is not None:
+                            self._fallback_obs[w * e + i] = o
+            self._obs_views = concatenate(
+                self.single_observation_space, self._fallback_obs, self._obs_views
+            )
+            return (deepcopy(self._obs_views) if self.copy else self._obs_views), buffers
+        if self.copy:
+            return tree_map(np.copy, self._obs_views), buffers
+        return self._obs_views, buffers
+
+    def _infos(self, answers: dict[int, StepResponse]) -> dict[str, Any]:
+        infos: dict[str, Any] = {}
+        e = self.envs_per_worker
+        for w in sorted(answers):
+            for i, info in answers[w].infos:
+                infos = self._add_info(infos, info, w * e + i)
+        return infos
+
+    # ---------------------------------------------------------------- call / attrs
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """Call method ``name`` (or read attribute ``name``) on every env; one result per env."""
+        self._check_idle("call")
+        seq = self._next_seq()
+        self._broadcast(lambda w: Call(seq, name, args, kwargs))
+        answers: dict[int, CallResponse] = self._gather(
+            range(self.n_workers), seq, self.step_timeout, f"call({name!r})"
+        )
+        return tuple(r for w in range(self.n_workers) for r in answers[w].results)
+
+    def get_attr(self, name: str) -> tuple[Any, ...]:
+        """Read attribute ``name`` of every env."""
+        return self.call(name)
+
+    def set_attr(self, name: str, values: Any) -> None:
+        """Set attribute ``name`` on every env: one value for all, or a list/tuple of one per env."""
+        self._check_idle("set_attr")
+        if not isinstance(values, (list, tuple)):
+            values = [values] * self.num_envs
+        if len(values) != self.num_envs:
+            raise ValueError(f"got {len(values)} values for num_envs={self.num_envs}")
+        seq = self._next_seq()
+        e = self.envs_per_worker
+        self._broadcast(lambda w: SetAttr(seq, name, tuple(values[w * e : (w + 1) * e])))
+        answers: dict[int, Ack] = self._gather(range(self.n_workers), seq, self.step_timeout, "set_attr")
+        assert len(answers) == self.n_workers
+
+    def render(self) -> tuple[Any, ...]:
+        """Each env's ``render()`` result."""
+        return self.call("render")
+
+    # ---------------------------------------------------------------- shutdown
+
+    def close(self, **kwargs: Any) -> None:
+        """Close workers and free shared memory. Idempotent; safe after failures."""
+        if self.closed and not self._processes and self._buffers is None:
+            return
+        try:
+            if not self.closed and self._broken is None and self._pending is None:
+                try:
+                    self._flush_timers()
+                except Exception:
+                    pass  # timings are a courtesy at close; never block shutdown on them
+        finally:
+            self._shutdown()
+            self.closed = True
+
+    def close_extras(self, **kwargs: Any) -> None:
+        """Part of gymnasium's ``VectorEnv.close`` protocol; :meth:`close` does the work."""
+        self._shutdown()
+
+    def _shutdown(self) -> None:
+        """Stop every worker within ``close_timeout`` and unlink shared memory."""
+        unhook = getattr(self, "_unhook", None)
+        if unhook is not None:
+            unhook()
+            self._unhook = None
+        procs, conns = self._processes, self._conns
+        self._processes, self._conns = [], []
+        seq = self._next_seq() if hasattr(self, "_seq") else 0
+        for proc, conn in zip(procs, conns):
+            if proc.is_alive():
+                try:
+                    conn.send(Close(seq))
+                except Exception:
+                    pass
+        deadline = monotonic() + getattr(self, "close_timeout", 5.0)
+        for proc in procs:
+            proc.join(max(0.0, deadline - monotonic()))
+        for proc in procs:
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(1.0)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(1.0)
+        for conn in conns:
+            conn.close()
+        for proc in procs:
+            try:
+                proc.close()
+            except ValueError:
+                pass
+        buffers, self._buffers = self._buffers, None
+        if buffers is not None:
+            self._obs_views = None
+            buffers.close()
+
+    def __enter__(self) -> SubprocessEnvManager:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        # Safety net only: the interpreter may be half torn down here.
+        try:
+            if getattr(self, "_processes", None) or getattr(self, "_buffers", None) is not None:
+                self._shutdown()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        name = self.spec.id if getattr(self, "spec", None) is not None else "envs"
+        return (
+            f"SubprocessEnvManager({name}, num_envs={self.num_envs}, n_workers={self.n_workers}, "
+            f"envs_per_worker={self.envs_per_worker}, context={self.context!r})"
+        )
+
+
+def _copy_tree(dst: Any, src: Any) -> None:
+    """Copy a batched action nest into the shared arrays of the same structure."""
+    if isinstance(dst, dict):
+        for k, d in dst.items():
+            _copy_tree(d, src[k])
+    elif isinstance(dst, tuple):
+        for d, s in zip(dst, src):
+            _copy_tree(d, s)
+    else:
+        dst[...] = src
+
+
+@atexit.register
+def _close_live_managers() -> None:
+    # Workers are daemons, so multiprocessing would kill them at exit anyway;
+    # this is about the shared-memory segments, which only an unlink frees.
+    for manager in list(_LIVE_MANAGERS):
+        try:
+            manager.close()
+        except Exception:
+            pass

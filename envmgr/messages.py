@@ -1,0 +1,245 @@
+"""Every message that crosses the parent/worker boundary, as small frozen dataclasses.
+
+Commands flow parent -> worker over the worker's pipe; each carries a sequence
+number ``seq`` that the answer echoes, so an answer that arrives late (after a
+timeout, say) can never be taken for the answer to a newer command.
+
+Per step only the :class:`Step` command and the :class:`StepResponse` are
+pickled; observations, actions, rewards and done flags live in shared memory
+(see :mod:`envmgr.shared_memory`) unless a space cannot, in which case they ride
+along in ``Step.actions`` / ``StepResponse.observations``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+
+from envmgr.shared_memory import SharedLayout
+from envmgr.timers import GaugeNode, TimerNode
+
+__all__ = [
+    "WorkerConfig",
+    "Attach",
+    "Step",
+    "Reset",
+    "Call",
+    "SetAttr",
+    "FlushTimers",
+    "Close",
+    "Command",
+    "Ready",
+    "Ack",
+    "StepResponse",
+    "CallResponse",
+    "ErrorResponse",
+    "Response",
+]
+
+
+# --------------------------------------------------------------------------- start-up
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerConfig:
+    """Everything a worker process needs to start, passed as its single argument.
+
+    Attributes:
+        worker_index: This worker's index in the manager.
+        env_offset: Global index of this worker's first env.
+        env_fns: The worker's env factories, cloudpickled (lambdas and closures travel).
+        autoreset_mode: Gymnasium autoreset mode value (``"NextStep"``, ...).
+        spin_seconds: How long to busy-poll for a command before blocking.
+        manager_pid: Pid of the manager process, checked to exit when it is gone.
+        fds_to_close: Inherited descriptors a forked worker closes at once (the
+            parent's ends of earlier workers' pipes), so end-of-file works.
+        layout: Shared-memory layout to attach to at start (restarts); ``None``
+            on first start, when the parent sends :class:`Attach` after
+            :class:`Ready`.
+    """
+
+    worker_index: int
+    env_offset: int
+    env_fns: bytes
+    autoreset_mode: str
+    spin_seconds: float
+    manager_pid: int
+    fds_to_close: tuple[int, ...] = ()
+    layout: SharedLayout | None = None
+
+
+# --------------------------------------------------------------------------- commands
+
+
+@dataclass(frozen=True, slots=True)
+class Attach:
+    """Attach to the manager's shared memory (sent once, after :class:`Ready`)."""
+
+    seq: int
+    layout: SharedLayout
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """Step every env of the worker with the actions already in shared memory.
+
+    Attributes:
+        seq: Sequence number the answer echoes.
+        ship_timers: Send the worker's accumulated timer tree with the answer.
+        actions: Per-env actions, only when the action space cannot live in
+            shared memory (the fallback transport).
+    """
+
+    seq: int
+    ship_timers: bool = False
+    actions: tuple[Any, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Reset:
+    """Reset the worker's envs.
+
+    Attributes:
+        seq: Sequence number the answer echoes.
+        seeds: One seed (or ``None``) per env of the worker.
+        options: Passed to every ``env.reset`` unchanged.
+        mask: Which of the worker's envs to reset; ``None`` resets all.
+        ship_timers: Send the worker's accumulated timer tree with the answer.
+    """
+
+    seq: int
+    seeds: tuple[int | None, ...]
+    options: dict[str, Any] | None = None
+    mask: tuple[bool, ...] | None = None
+    ship_timers: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """Call a method (or read an attribute) on every env of the worker."""
+
+    seq: int
+    name: str
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class SetAttr:
+    """Set an attribute on each env of the worker, one value per env."""
+
+    seq: int
+    name: str
+    values: tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class FlushTimers:
+    """Send the timer tree accumulated since the last one shipped."""
+
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class Close:
+    """Close the envs and exit."""
+
+    seq: int
+
+
+Command = Attach | Step | Reset | Call | SetAttr | FlushTimers | Close
+
+
+# --------------------------------------------------------------------------- answers
+
+
+@dataclass(frozen=True, slots=True)
+class Ready:
+    """Sent once by a worker whose envs were all built.
+
+    Attributes:
+        worker_index: The worker's index.
+        pid: The worker's process id.
+        observation_space: The single-env observation space (the same for all its envs).
+        action_space: The single-env action space (the same for all its envs).
+        metadata: The first env's ``metadata``.
+        render_mode: The first env's ``render_mode``.
+        spec: The first env's ``spec`` (may be ``None``).
+    """
+
+    worker_index: int
+    pid: int
+    observation_space: gym.Space[Any]
+    action_space: gym.Space[Any]
+    metadata: dict[str, Any]
+    render_mode: str | None
+    spec: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """A command that returns nothing was carried out."""
+
+    worker_index: int
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class StepResponse:
+    """A worker's answer to :class:`Step`, :class:`Reset` and :class:`FlushTimers`.
+
+    Attributes:
+        worker_index: The worker's index.
+        seq: The command's sequence number.
+        infos: ``(local env index, info)`` for each env whose info dict is not empty.
+        observations: Per-env observations, only under the fallback transport.
+        timer_root: The worker's timer tree since the last one shipped, or ``None``
+            when the command did not ask for it.
+        gauges: The worker's gauges since the last shipment.
+    """
+
+    worker_index: int
+    seq: int
+    infos: tuple[tuple[int, dict[str, Any]], ...] = ()
+    observations: tuple[Any, ...] | None = None
+    timer_root: TimerNode | None = None
+    gauges: dict[str, GaugeNode] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CallResponse:
+    """Per-env results of :class:`Call`, in the worker's env order."""
+
+    worker_index: int
+    seq: int
+    results: tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorResponse:
+    """An exception raised in the worker while it carried out a command.
+
+    Attributes:
+        worker_index: The worker's index.
+        seq: The command's sequence number (``-1`` during start-up).
+        env_index: Global index of the env that raised, if one did.
+        phase: What the worker was doing (``"make"``, ``"step"``, ``"reset"``, ...).
+        exception: The pickled exception, or ``None`` when it could not be pickled.
+        type_name: Qualified name of the exception's type.
+        message: ``str()`` of the exception.
+        traceback: The formatted remote traceback.
+    """
+
+    worker_index: int
+    seq: int
+    env_index: int | None
+    phase: str
+    exception: bytes | None
+    type_name: str
+    message: str
+    traceback: str
+
+
+Response = Ready | Ack | StepResponse | CallResponse | ErrorResponse

@@ -1,0 +1,148 @@
+"""Checks on a batch of actions, done in the parent before anything is sent.
+
+A bad action caught here names the env and worker it was meant for and what
+was expected; caught in a worker it would surface as an env-specific assertion,
+or not at all (a float fed to a Discrete env may be silently truncated).
+The checks are compiled once per manager into one small function per leaf of
+the action space, so the hot path is a few numpy reductions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+__all__ = ["ActionChecker"]
+
+_LeafCheck = Callable[[Any, str], None]
+
+
+class ActionChecker:
+    """Validates batched actions against a single-env action space.
+
+    Args:
+        space: The single-env action space.
+        num_envs: Batch size.
+        envs_per_worker: Used to name the worker in messages.
+    """
+
+    def __init__(self, space: gym.Space[Any], num_envs: int, envs_per_worker: int) -> None:
+        self.space = space
+        self.num_envs = num_envs
+        self.envs_per_worker = envs_per_worker
+        self._check = self._compile(space, "actions")
+
+    def check(self, actions: Any) -> None:
+        """Raise ``ValueError`` naming the env if ``actions`` does not fit the batched space."""
+        self._check(actions, "actions")
+
+    # ------------------------------------------------------------------ compile
+
+    def _where(self, flat_index: int) -> str:
+        return f"env {flat_index} (worker {flat_index // self.envs_per_worker})"
+
+    def _compile(self, space: gym.Space[Any], path: str) -> _LeafCheck:
+        if isinstance(space, gym.spaces.Dict):
+            parts = {k: self._compile(s, f"{path}[{k!r}]") for k, s in space.spaces.items()}
+
+            def check_dict(x: Any, p: str) -> None:
+                if not isinstance(x, dict) or x.keys() != parts.keys():
+                    keys = sorted(x) if isinstance(x, dict) else type(x).__name__
+                    raise ValueError(f"{p} must be a dict with keys {sorted(parts)}, got {keys}")
+                for k, c in parts.items():
+                    c(x[k], f"{p}[{k!r}]")
+
+            return check_dict
+        if isinstance(space, gym.spaces.Tuple):
+            items = [self._compile(s, f"{path}[{i}]") for i, s in enumerate(space.spaces)]
+
+            def check_tuple(x: Any, p: str) -> None:
+                if not isinstance(x, (tuple, list)) or len(x) != len(items):
+                    raise ValueError(f"{p} must be a tuple of {len(items)} batches, got {type(x).__name__}")
+                for i, (c, v) in enumerate(zip(items, x)):
+                    c(v, f"{p}[{i}]")
+
+            return check_tuple
+        if isinstance(space, gym.spaces.Discrete):
+            return self._integer_leaf(space, (), int(space.start), int(space.start + space.n) - 1)
+        if isinstance(space, gym.spaces.MultiDiscrete):
+            return self._integer_leaf(space, space.shape, space.start, space.start + space.nvec - 1)
+        if isinstance(space, gym.spaces.MultiBinary):
+            return self._integer_leaf(space, space.shape, 0, 1)
+        if isinstance(space, gym.spaces.Box):
+            return self._box_leaf(space)
+        # Text, Graph, Sequence, custom: no batch array to check cheaply; let
+        # gymnasium's own membership test speak per env.
+        return self._generic_leaf(space)
+
+    def _shape_array(self, x: Any, p: str, shape: tuple[int, ...], space: gym.Space[Any]) -> np.ndarray:
+        a = np.asarray(x)
+        expected = (self.num_envs, *shape)
+        if a.shape != expected:
+            raise ValueError(
+                f"{p} has shape {a.shape}, expected {expected} = (num_envs,) + shape of {space}"
+            )
+        return a
+
+    def _first_bad(self, bad: np.ndarray) -> int:
+        flat = np.flatnonzero(bad.reshape(self.num_envs, -1).any(axis=1))
+        return int(flat[0])
+
+    def _integer_leaf(self, space: gym.Space[Any], shape: tuple[int, ...], low: Any, high: Any) -> _LeafCheck:
+        lo, hi = np.asarray(low), np.asarray(high)
+        scalar = lo.ndim == 0 and hi.ndim == 0
+
+        def check(x: Any, p: str) -> None:
+            a = self._shape_array(x, p, shape, space)
+            if a.dtype.kind not in "iub":
+                raise ValueError(f"{p} has dtype {a.dtype}, expected integers for {space}")
+            if scalar:
+                if a.size and (a.min() < lo or a.max() > hi):
+                    bad = (a < lo) | (a > hi)
+                else:
+                    return
+            else:
+                bad = (a < lo) | (a > hi)
+                if not bad.any():
+                    return
+            i = self._first_bad(bad)
+            raise ValueError(f"{p}: the action for {self._where(i)} is {a[i].tolist()}, outside {space}")
+
+        return check
+
+    def _box_leaf(self, space: gym.spaces.Box) -> _LeafCheck:
+        lo, hi = space.low, space.high
+        bounded = bool(np.any(np.isfinite(lo)) or np.any(np.isfinite(hi)))
+        is_float = np.issubdtype(space.dtype, np.floating)
+
+        def check(x: Any, p: str) -> None:
+            a = self._shape_array(x, p, space.shape, space)
+            if a.dtype.kind not in "iufb":
+                raise ValueError(f"{p} has dtype {a.dtype}, expected numbers for {space}")
+            if is_float and a.dtype.kind == "f" and not np.isfinite(a).all():
+                i = self._first_bad(~np.isfinite(a))
+                raise ValueError(f"{p}: the action for {self._where(i)} is {a[i].tolist()}, not finite")
+            if bounded:
+                bad = (a < lo) | (a > hi)
+                if bad.any():
+                    i = self._first_bad(bad)
+                    raise ValueError(
+                        f"{p}: the action for {self._where(i)} is {a[i].tolist()}, outside {space} "
+                        "(clip actions to the bounds, or pass check_actions=False)"
+                    )
+
+        return check
+
+    def _generic_leaf(self, space: gym.Space[Any]) -> _LeafCheck:
+        def check(x: Any, p: str) -> None:
+            items = list(x)
+            if len(items) != self.num_envs:
+                raise ValueError(f"{p} has {len(items)} entries, expected num_envs={self.num_envs}")
+            for i, item in enumerate(items):
+                if not space.contains(item):
+                    raise ValueError(f"{p}: the action for {self._where(i)} is {item!r}, outside {space}")
+
+        return check

@@ -1,0 +1,433 @@
+"""The worker process: owns a batch of envs and steps them all per command.
+
+:func:`worker_main` is a plain module-level function so every start method
+(fork, forkserver, spawn) can run it. A worker wakes once per batch command,
+not once per env: it reads its slice of the actions from shared memory, steps
+each of its envs, writes observations, rewards and done flags into its slice of
+shared memory, and answers with one small :class:`~envmgr.messages.StepResponse`.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import traceback
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from time import perf_counter
+from typing import Any
+
+import cloudpickle
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector.utils import batch_space, iterate
+
+from envmgr.messages import (
+    Ack,
+    Attach,
+    Call,
+    CallResponse,
+    Close,
+    Command,
+    ErrorResponse,
+    FlushTimers,
+    Ready,
+    Reset,
+    SetAttr,
+    Step,
+    StepResponse,
+    WorkerConfig,
+)
+from envmgr.shared_memory import SharedBuffers
+from envmgr.timers import TimerNode, TimerStack
+
+__all__ = ["worker_main"]
+
+#: While blocked, how often a worker checks that its manager still exists.
+LIVENESS_INTERVAL = 0.25
+
+# Autoreset modes, by gymnasium.vector.AutoresetMode value.
+_NEXT_STEP, _SAME_STEP, _DISABLED = "NextStep", "SameStep", "Disabled"
+
+
+class _Timers:
+    """The worker's timer nodes, fetched once per shipped tree, not per step.
+
+    Env calls are timed with two ``perf_counter`` reads added straight into the
+    nodes: a context manager per env would cost more than a CartPole step.
+    """
+
+    def __init__(self) -> None:
+        self.stack = TimerStack()
+        self._bind()
+
+    def _bind(self) -> None:
+        root = self.stack.root
+        self.wait = root.get_child("wait_command")
+        self.step = root.get_child("step")
+        self.step_env = self.step.get_child("env.step")
+        self.step_autoreset = self.step.get_child("env.reset")
+        self.reset = root.get_child("reset")
+        self.reset_env = self.reset.get_child("env.reset")
+        self.send = root.get_child("send_response")
+
+    def take(self) -> tuple[TimerNode, dict[str, Any]]:
+        """Return the tree and gauges accumulated since the last call, then start afresh."""
+        root = self.stack.get_root()
+        gauges = dict(self.stack.gauges)
+        self.stack.reset()
+        self._bind()
+        return root, gauges
+
+
+class _Worker:
+    """State of one worker process; :func:`worker_main` drives it."""
+
+    def __init__(self, conn: Connection, config: WorkerConfig, envs: list[gym.Env[Any, Any]]):
+        self.conn = conn
+        self.config = config
+        self.envs = envs
+        self.n = len(envs)
+        self.timers = _Timers()
+        self.autoreset = np.zeros(self.n, dtype=np.bool_)
+        self.mode = config.autoreset_mode
+        self.single_obs_space = envs[0].observation_space
+        self.local_action_space = batch_space(envs[0].action_space, self.n)
+        self.buffers: SharedBuffers | None = None
+        self.views: dict[str, Any] = {}
+        self.write_obs: Callable[[int, Any], None] | None = None
+        if config.layout is not None:
+            self.attach(config.layout)
+
+    # ----------------------------------------------------------------- set-up
+
+    def attach(self, layout: Any) -> None:
+        self.buffers = SharedBuffers.attach(layout)
+        off = self.config.env_offset
+        self.views = self.buffers.slice(off, off + self.n)
+        obs = self.views["observations"]
+        self.write_obs = None if obs is None else _make_writer(obs)
+
+    def env_index(self, local: int) -> int:
+        return self.config.env_offset + local
+
+    # ----------------------------------------------------------------- commands
+
+    def handle(self, cmd: Command) -> Any:
+        if isinstance(cmd, Step):
+            return self.step(cmd)
+        if isinstance(cmd, Reset):
+            return self.reset(cmd)
+        if isinstance(cmd, Call):
+            return self.call(cmd)
+        if isinstance(cmd, SetAttr):
+            for env, value in zip(self.envs, cmd.values, strict=True):
+                env.set_wrapper_attr(cmd.name, value)
+            return Ack(self.config.worker_index, cmd.seq)
+        if isinstance(cmd, FlushTimers):
+            return self._response(cmd.seq, (), None, True)
+        if isinstance(cmd, Attach):
+            self.attach(cmd.layout)
+            return Ack(self.config.worker_index, cmd.seq)
+        raise TypeError(f"worker {self.config.worker_index}: unknown command {cmd!r}")
+
+    def step(self, cmd: Step) -> StepResponse:
+        t_start = perf_counter()
+        views = self.views
+        if cmd.actions is not None:
+            actions: Any = cmd.actions
+        else:
+            actions = iterate(self.local_action_space, views["actions"])
+        rewards, terms, truncs = views["rewards"], views["terminations"], views["truncations"]
+        env_seconds, env_steps = views["env_seconds"], views["env_steps"]
+        write_obs = self.write_obs
+        fallback_obs: list[Any] | None = None if write_obs is not None else [None] * self.n
+        infos: list[tuple[int, dict[str, Any]]] = []
+        autoreset = self.autoreset
+        mode = self.mode
+        t_env = t_reset = 0.0
+        n_resets = 0
+        for i, (env, action) in enumerate(zip(self.envs, actions)):
+            self.current_env = i
+            t0 = perf_counter()
+            if autoreset[i] and mode == _NEXT_STEP:
+                obs, info = env.reset()
+                reward, term, trunc = 0.0, False, False
+                dt = perf_counter() - t0
+                t_reset += dt
+                n_resets += 1
+            else:
+                if autoreset[i] and mode == _DISABLED:
+                    raise RuntimeError(
+                        f"env {self.env_index(i)} finished its episode and autoreset_mode is "
+                        "'Disabled': reset it (reset(options={'reset_mask': ...})) before stepping"
+                    )
+                obs, reward, term, trunc, info = env.step(action)
+                dt = perf_counter() - t0
+                t_env += dt
+                env_seconds[i] += dt
+                env_steps[i] += 1
+                if mode == _SAME_STEP and (term or trunc):
+                    t1 = perf_counter()
+                    info = {"final_obs": obs, "final_info": info}
+                    obs, reset_info = env.reset()
+                    if reset_info:
+                        info.update(reset_info)
+                    t_reset += perf_counter() - t1
+                    n_resets += 1
+            if write_obs is not None:
+                write_obs(i, obs)
+            else:
+                fallback_obs[i] = obs  # type: ignore[index]
+            rewards[i] = reward
+            terms[i] = term
+            truncs[i] = trunc
+            if info:
+                infos.append((i, info))
+        self.current_env = None
+        np.logical_or(terms, truncs, out=autoreset)
+        timers = self.timers
+        timers.step_env.add_time(t_env, self.n - (n_resets if mode == _NEXT_STEP else 0))
+        if n_resets:
+            timers.step_autoreset.add_time(t_reset, n_resets)
+        timers.step.add_time(perf_counter() - t_start)
+        obs_out = None if fallback_obs is None else tuple(fallback_obs)
+        return self._response(cmd.seq, tuple(infos), obs_out, cmd.ship_timers)
+
+    def reset(self, cmd: Reset) -> StepResponse:
+        t_start = perf_counter()
+        fallback_obs: list[Any] | None = None if self.write_obs is not None else [None] * self.n
+        infos: list[tuple[int, dict[str, Any]]] = []
+        views = self.views
+        t_env = 0.0
+        count = 0
+        for i, env in enumerate(self.envs):
+            if cmd.mask is not None and not cmd.mask[i]:
+                continue
+            self.current_env = i
+            t0 = perf_counter()
+            obs, info = env.reset(seed=cmd.seeds[i], options=cmd.options)
+            t_env += perf_counter() - t0
+            count += 1
+            if self.write_obs is not None:
+                self.write_obs(i, obs)
+            else:
+                fallback_obs[i] = obs  # type: ignore[index]
+            views["rewards"][i] = 0.0
+            views["terminations"][i] = False
+            views["truncations"][i] = False
+            self.autoreset[i] = False
+            if info:
+                infos.append((i, info))
+        self.current_env = None
+        self.timers.reset_env.add_time(t_env, count)
+        self.timers.reset.add_time(perf_counter() - t_start)
+        obs_out = None if fallback_obs is None else tuple(fallback_obs)
+        return self._response(cmd.seq, tuple(infos), obs_out, cmd.ship_timers)
+
+    def call(self, cmd: Call) -> CallResponse:
+        results = []
+        for i, env in enumerate(self.envs):
+            self.current_env = i
+            attr = env.get_wrapper_attr(cmd.name)
+            results.append(attr(*cmd.args, **cmd.kwargs) if callable(attr) else attr)
+        self.current_env = None
+        return CallResponse(self.config.worker_index, cmd.seq, tuple(results))
+
+    def _response(
+        self,
+        seq: int,
+        infos: tuple[tuple[int, dict[str, Any]], ...],
+        observations: tuple[Any, ...] | None,
+        ship_timers: bool,
+    ) -> StepResponse:
+        root = gauges = None
+        if ship_timers:
+            root, gauges = self.timers.take()
+        return StepResponse(self.config.worker_index, seq, infos, observations, root, gauges)
+
+    current_env: int | None = None
+
+
+def _make_writer(out: Any) -> Callable[[int, Any], None]:
+    """A function writing one env's observation into row ``i`` of the batch views."""
+    if isinstance(out, np.ndarray):
+
+        def write(i: int, value: Any) -> None:
+            out[i] = value
+
+        return write
+    if isinstance(out, dict):
+        writers = {k: _make_writer(v) for k, v in out.items()}
+
+        def write_dict(i: int, value: Any) -> None:
+            for k, w in writers.items():
+                w(i, value[k])
+
+        return write_dict
+    parts = [_make_writer(v) for v in out]
+
+    def write_tuple(i: int, value: Any) -> None:
+        for w, v in zip(parts, value):
+            w(i, v)
+
+    return write_tuple
+
+
+def _error(
+    config: WorkerConfig, seq: int, env_index: int | None, phase: str, exc: BaseException
+) -> ErrorResponse:
+    try:
+        payload: bytes | None = cloudpickle.dumps(exc)
+        pickle.loads(payload)  # a type that pickles but cannot load would fail in the parent
+    except Exception:
+        payload = None
+    return ErrorResponse(
+        worker_index=config.worker_index,
+        seq=seq,
+        env_index=env_index,
+        phase=phase,
+        exception=payload,
+        type_name=f"{type(exc).__module__}.{type(exc).__qualname__}",
+        message=str(exc),
+        traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+    )
+
+
+def _receive(conn: Connection, spin_seconds: float, parent_pid: int) -> Command | None:
+    """Wait for the next command: spin briefly (cheap wake-up), then block.
+
+    Returns ``None`` when the manager is gone (pipe closed or parent changed).
+    """
+    if not conn.poll():
+        if spin_seconds > 0.0:
+            deadline = perf_counter() + spin_seconds
+            # sched_yield lets a process that needs the core (the parent, another
+            # worker) run at once: spinning without it collapses throughput when
+            # processes outnumber cores.
+            while not conn.poll():
+                if perf_counter() > deadline:
+                    break
+                os.sched_yield()
+        while not conn.poll(LIVENESS_INTERVAL):
+            if os.getppid() != parent_pid:
+                return None
+    try:
+        return conn.recv()  # type: ignore[no-any-return]
+    except (EOFError, OSError):
+        return None
+
+
+def _send(conn: Connection, config: WorkerConfig, message: Any, phase: str) -> bool:
+    """Send ``message``; if it cannot be pickled, send the reason instead."""
+    try:
+        conn.send(message)
+        return True
+    except (BrokenPipeError, ConnectionResetError, EOFError):
+        return False
+    except Exception as exc:  # unpicklable info, observation, or call result
+        seq = getattr(message, "seq", -1)
+        err = _error(config, seq, None, f"{phase} (sending the result)", exc)
+        try:
+            conn.send(err)
+        except Exception:
+            return False
+        return True
+
+
+def worker_main(conn: Connection, config: WorkerConfig) -> None:
+    """Run one worker until told to close or until its manager is gone.
+
+    Args:
+        conn: The worker's end of its duplex pipe to the manager.
+        config: Start-up settings and the cloudpickled env factories.
+    """
+    # Ctrl-C goes to the whole process group; the manager alone handles it and
+    # closes workers in order, so a worker must not die half-way through a step.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for fd in config.fds_to_close:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    parent_pid = os.getppid()
+
+    envs: list[gym.Env[Any, Any]] = []
+    try:
+        env_fns = cloudpickle.loads(config.env_fns)
+        for k, fn in enumerate(env_fns):
+            env = fn()
+            envs.append(env)
+            if k and env.observation_space != envs[0].observation_space:
+                raise ValueError(
+                    f"env {config.env_offset + k} has observation space {env.observation_space}, "
+                    f"but env {config.env_offset} has {envs[0].observation_space}"
+                )
+            if k and env.action_space != envs[0].action_space:
+                raise ValueError(
+                    f"env {config.env_offset + k} has action space {env.action_space}, "
+                    f"but env {config.env_offset} has {envs[0].action_space}"
+                )
+        worker = _Worker(conn, config, envs)
+    except BaseException as exc:
+        env_index = config.env_offset + len(envs)
+        _send(conn, config, _error(config, -1, env_index, "make", exc), "make")
+        _close_envs(envs)
+        return
+
+    first = envs[0]
+    ready = Ready(
+        config.worker_index,
+        os.getpid(),
+        first.observation_space,
+        first.action_space,
+        dict(first.metadata),
+        first.render_mode,
+        first.spec,
+    )
+    if not _send(conn, config, ready, "start"):
+        _close_envs(envs)
+        return
+
+    timers = worker.timers
+    try:
+        while True:
+            t0 = perf_counter()
+            cmd = _receive(conn, config.spin_seconds, parent_pid)
+            t1 = perf_counter()
+            timers.wait.add_time(t1 - t0)
+            if cmd is None:
+                break
+            if isinstance(cmd, Close):
+                _close_envs(envs)
+                _send(conn, config, Ack(config.worker_index, cmd.seq), "close")
+                break
+            try:
+                answer = worker.handle(cmd)
+            except BaseException as exc:
+                phase = type(cmd).__name__.lower()
+                env = worker.current_env
+                worker.current_env = None
+                answer = _error(config, cmd.seq, None if env is None else worker.env_index(env), phase, exc)
+            t2 = perf_counter()
+            ok = _send(conn, config, answer, type(cmd).__name__.lower())
+            timers.send.add_time(perf_counter() - t2)
+            if not ok:
+                break
+    finally:
+        if worker.buffers is not None:
+            worker.views = {}
+            worker.write_obs = None
+            worker.buffers.close()
+        _close_envs(envs)
+
+
+def _close_envs(envs: list[gym.Env[Any, Any]]) -> None:
+    """Close every env once (the list is emptied), ignoring errors from ``close``."""
+    for env in envs:
+        try:
+            env.close()
+        except Exception:
+            pass
+    envs.clear()
