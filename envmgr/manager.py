@@ -31,6 +31,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from copy import deepcopy
+from multiprocessing import resource_tracker
 from multiprocessing.connection import Connection
 from time import monotonic, perf_counter
 from typing import Any
@@ -69,6 +70,7 @@ from envmgr.messages import (
     WorkerConfig,
 )
 from envmgr.shared_memory import SharedBuffers, SharedLayout, tree_map
+from envmgr.signalling import KIND_PIPE, KIND_STEP, SHIP_TIMERS, ParentDoorbell
 from envmgr.validation import ActionChecker
 from envmgr.worker import worker_main
 
@@ -82,6 +84,7 @@ DEFAULT_SPIN_SECONDS = 200e-6
 #: How often workers ship their timer trees during a steady stepping loop.
 DEFAULT_TIMER_INTERVAL = 1.0
 
+_PARENT_SPIN = float(os.environ.get("ENVMGR_PARENT_SPIN", "0"))
 _LIVE_MANAGERS: weakref.WeakSet[SubprocessEnvManager] = weakref.WeakSet()
 
 
@@ -277,6 +280,13 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
         return f"worker {w} (envs {r.start}-{r.stop - 1})"
 
     def _start(self, payloads: list[bytes]) -> None:
+        # One wake-up pipe for the whole manager: the last worker to finish a
+        # step writes a byte, so the parent sleeps through the whole batch.
+        self._wake_r, self._wake_w = self._ctx.Pipe(duplex=False)
+        # Start the resource tracker before any worker exists, so every worker
+        # shares it and it unlinks our segment if this process is killed.
+        resource_tracker.ensure_running()
+        os.set_blocking(self._wake_r.fileno(), False)
         for w, payload in enumerate(payloads):
             parent_conn, child_conn = self._ctx.Pipe(duplex=True)
             config = WorkerConfig(
@@ -288,11 +298,15 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
                 manager_pid=os.getpid(),
                 # A forked child inherits the parent's ends of earlier workers'
                 # pipes; it closes them so a dead parent reads as end-of-file.
-                fds_to_close=tuple(c.fileno() for c in self._conns) if self.context == "fork" else (),
+                fds_to_close=(
+                    tuple(c.fileno() for c in [*self._conns, self._wake_r])
+                    if self.context == "fork"
+                    else ()
+                ),
             )
             proc = self._ctx.Process(
                 target=worker_main,
-                args=(child_conn, config),
+                args=(child_conn, self._wake_w, config),
                 name=f"envmgr-worker-{w}",
                 daemon=True,
             )
@@ -323,13 +337,24 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
         self.worker_pids = [r.pid for r in (readies[w] for w in range(self.n_workers))]
 
         self._buffers = SharedBuffers.create(
-            self.single_observation_space, self.single_action_space, self.num_envs
+            self.single_observation_space, self.single_action_space, self.num_envs, self.n_workers
         )
         seq = self._next_seq()
         self._broadcast(lambda w: Attach(seq, self._buffers.layout))  # type: ignore[union-attr]
         self._gather(range(self.n_workers), seq, self.start_timeout, "attach")
+        self._bell = ParentDoorbell(self._buffers.control, self._conns, self._wake_r.fileno())
+        self._build_poller()
         self._checker = ActionChecker(self.single_action_space, self.num_envs, self.envs_per_worker)
         self._init_observation_views()
+
+    def _build_poller(self) -> None:
+        """One poll set for steps: the wake-up pipe and every worker's sentinel."""
+        self._poller = select.poll()
+        self._poller.register(self._wake_r.fileno(), select.POLLIN)
+        self._sentinel_owner = {}
+        for w, proc in enumerate(self._processes):
+            self._poller.register(proc.sentinel, select.POLLIN)
+            self._sentinel_owner[proc.sentinel] = w
 
     def _init_observation_views(self) -> None:
         buffers = self._buffers
@@ -353,11 +378,20 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
         return self._seq
 
     def _broadcast(self, make: Callable[[int], Command], workers: Iterable[int] | None = None) -> None:
-        for w in range(self.n_workers) if workers is None else workers:
+        """Send a pickled command to each worker, then flag it in shared memory."""
+        targets = list(range(self.n_workers) if workers is None else workers)
+        seq = None
+        for w in targets:
+            cmd = make(w)
+            seq = cmd.seq
             try:
-                self._conns[w].send(make(w))
+                self._conns[w].send(cmd)
             except (BrokenPipeError, ConnectionResetError, OSError) as exc:
                 self._fail_dead(w, f"could not send to it ({exc})")
+        bell = getattr(self, "_bell", None)
+        if bell is not None and seq is not None:
+            # A worker spinning on its command word looks there, not at the pipe.
+            bell.announce(targets, seq, KIND_PIPE)
 
     def _gather(
         self, workers: Iterable[int], seq: int, timeout: float | None, phase: str
@@ -373,6 +407,14 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
         answers: dict[int, Any] = {}
         errors: list[ErrorResponse] = []
         deadline = None if timeout is None else monotonic() + timeout
+        spin = _PARENT_SPIN
+        if spin > 0:
+            t_end = perf_counter() + spin
+            conns = self._conns
+            while perf_counter() < t_end:
+                if all(conns[w].poll() for w in pending):
+                    break
+                os.sched_yield()
         poller = select.poll()
         fd_map: dict[int, tuple[bool, int]] = {}
         for w in pending:
@@ -412,11 +454,65 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
                 else:
                     answers[w] = msg
             for w in dead:
-                if w in pending and not self._conns[w].poll():
-                    self._fail_dead(w, f"it exited during {phase}")
+                if w in pending:
+                    self._worker_exited(w, seq, phase)
         if errors:
             self._raise_remote(errors[0])
         return answers
+
+    def _wait_step(self, seq: int, timeout: float | None) -> dict[int, Any]:
+        """Sleep until every worker finished step ``seq``; read the messages some sent.
+
+        The workers answer in the shared control block; only those with infos,
+        timers or an error also wrote to their pipe.
+        """
+        bell = self._bell
+        deadline = None if timeout is None else monotonic() + timeout
+        # Wake-ups are not lost (see envmgr.signalling), but re-checking every few
+        # milliseconds keeps even a lost one from costing more than that.
+        wait_ms = 5
+        while not bell.done(seq).all():
+            if deadline is not None:
+                left = deadline - monotonic()
+                if left <= 0:
+                    late = [w for w, d in enumerate(bell.done(seq)) if not d]
+                    self._fail_timeout(late, "step", timeout)
+                wait_ms = min(wait_ms, int(left * 1000) + 1)
+            for fd, _ in bell.wait(seq, self._poller, wait_ms):
+                w = self._sentinel_owner.get(fd)
+                if w is not None and not bell.done(seq)[w]:
+                    self._worker_exited(w, seq, "step")
+            wait_ms = min(wait_ms * 2, 100)
+        answers: dict[int, Any] = {}
+        errors: list[ErrorResponse] = []
+        for w in np.flatnonzero(bell.has_message()).tolist():
+            while True:
+                try:
+                    msg = self._conns[w].recv()
+                except (EOFError, OSError):
+                    self._fail_dead(w, "its pipe closed during step")
+                if getattr(msg, "seq", None) == seq:
+                    break  # older answers (after a timeout) are dropped
+            if isinstance(msg, ErrorResponse):
+                errors.append(msg)
+            else:
+                answers[w] = msg
+        if errors:
+            self._raise_remote(errors[0])
+        return answers
+
+    def _worker_exited(self, w: int, seq: int, phase: str) -> None:
+        """Worker ``w`` exited while it owed an answer: raise what it said last, or that it died."""
+        conn = self._conns[w]
+        try:
+            while conn.poll():
+                msg = conn.recv()
+                if isinstance(msg, ErrorResponse) and msg.seq in (seq, -1):
+                    self._break(f"{self._where(w)} raised {msg.type_name} and exited")
+                    self._raise_remote(msg)
+        except (EOFError, OSError):
+            pass
+        self._fail_dead(w, f"it exited during {phase}")
 
     def _fail_dead(self, w: int, what: str) -> None:
         proc = self._processes[w]
@@ -661,12 +757,11 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
         seq = self._next_seq()
         e = self.envs_per_worker
         if per_env is None:
-            command = Step(seq, ship)
-            self._broadcast(lambda w: command)
+            self._bell.announce(range(self.n_workers), seq, KIND_STEP | (SHIP_TIMERS if ship else 0))
         else:
             self._broadcast(lambda w: Step(seq, ship, per_env[w * e : (w + 1) * e]))
         self._unshipped = True
-        self._pending = ("step", seq, ship)
+        self._pending = ("step", seq, (ship, per_env is None))
 
     def step_wait(
         self, timeout: float | None = None
@@ -676,9 +771,12 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
         Args:
             timeout: Seconds to wait; defaults to the manager's ``step_timeout``.
         """
-        seq, ship = self._take_pending("step")
+        seq, (ship, fast) = self._take_pending("step")
         with timers.hierarchical_timer("workers", self._timer_stack):
-            answers = self._gather(range(self.n_workers), seq, self._timeout(timeout), "step")
+            if fast:
+                answers = self._wait_step(seq, self._timeout(timeout))
+            else:
+                answers = self._gather(range(self.n_workers), seq, self._timeout(timeout), "step")
         obs, buffers = self._collect(answers, ship)
         return (
             obs,
@@ -799,8 +897,10 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
             if proc.is_alive():
                 proc.kill()
                 proc.join(1.0)
-        for conn in conns:
-            conn.close()
+        for conn in [*conns, getattr(self, "_wake_r", None), getattr(self, "_wake_w", None)]:
+            if conn is not None:
+                conn.close()
+        self._wake_r = self._wake_w = None
         for proc in procs:
             try:
                 proc.close()

@@ -12,8 +12,9 @@ along in ``Step.actions`` / ``StepResponse.observations``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, fields
+from operator import attrgetter
+from typing import Any, TypeVar
 
 import gymnasium as gym
 
@@ -37,6 +38,27 @@ __all__ = [
     "ErrorResponse",
     "Response",
 ]
+
+
+_T = TypeVar("_T")
+
+
+def _fast_pickle(cls: type[_T]) -> type[_T]:
+    """Pickle a frozen dataclass as ``cls(*fields)``.
+
+    The default for frozen slotted dataclasses restores state field by field
+    through ``object.__setattr__``, which costs several microseconds per
+    message; this halves it on the per-step path.
+    """
+    getter = attrgetter(*(f.name for f in fields(cls)))  # type: ignore[arg-type]
+    single = len(fields(cls)) == 1  # type: ignore[arg-type]
+
+    def __reduce__(self: Any) -> tuple[Any, tuple[Any, ...]]:
+        values = getter(self)
+        return (cls, (values,) if single else values)
+
+    cls.__reduce__ = __reduce__  # type: ignore[method-assign,assignment]
+    return cls
 
 
 # --------------------------------------------------------------------------- start-up
@@ -73,6 +95,7 @@ class WorkerConfig:
 # --------------------------------------------------------------------------- commands
 
 
+@_fast_pickle
 @dataclass(frozen=True, slots=True)
 class Attach:
     """Attach to the manager's shared memory (sent once, after :class:`Ready`)."""
@@ -81,6 +104,7 @@ class Attach:
     layout: SharedLayout
 
 
+@_fast_pickle
 @dataclass(frozen=True, slots=True)
 class Step:
     """Step every env of the worker with the actions already in shared memory.
@@ -97,6 +121,7 @@ class Step:
     actions: tuple[Any, ...] | None = None
 
 
+@_fast_pickle
 @dataclass(frozen=True, slots=True)
 class Reset:
     """Reset the worker's envs.
@@ -116,6 +141,7 @@ class Reset:
     ship_timers: bool = True
 
 
+@_fast_pickle
 @dataclass(frozen=True, slots=True)
 class Call:
     """Call a method (or read an attribute) on every env of the worker."""
@@ -126,6 +152,7 @@ class Call:
     kwargs: dict[str, Any] = field(default_factory=dict)
 
 
+@_fast_pickle
 @dataclass(frozen=True, slots=True)
 class SetAttr:
     """Set an attribute on each env of the worker, one value per env."""
@@ -135,6 +162,7 @@ class SetAttr:
     values: tuple[Any, ...]
 
 
+@_fast_pickle
 @dataclass(frozen=True, slots=True)
 class FlushTimers:
     """Send the timer tree accumulated since the last one shipped."""
@@ -142,6 +170,7 @@ class FlushTimers:
     seq: int
 
 
+@_fast_pickle
 @dataclass(frozen=True, slots=True)
 class Close:
     """Close the envs and exit."""
@@ -178,6 +207,7 @@ class Ready:
     spec: Any
 
 
+@_fast_pickle
 @dataclass(frozen=True, slots=True)
 class Ack:
     """A command that returns nothing was carried out."""
@@ -186,6 +216,7 @@ class Ack:
     seq: int
 
 
+@_fast_pickle
 @dataclass(frozen=True, slots=True)
 class StepResponse:
     """A worker's answer to :class:`Step`, :class:`Reset` and :class:`FlushTimers`.
@@ -208,6 +239,7 @@ class StepResponse:
     gauges: dict[str, GaugeNode] | None = None
 
 
+@_fast_pickle
 @dataclass(frozen=True, slots=True)
 class CallResponse:
     """Per-env results of :class:`Call`, in the worker's env order."""

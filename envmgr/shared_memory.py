@@ -19,7 +19,7 @@ import inspect
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
-from multiprocessing import shared_memory
+from multiprocessing import resource_tracker, shared_memory
 from typing import Any
 
 import gymnasium as gym
@@ -34,6 +34,14 @@ _ALIGN = 64  # a cache line: workers writing neighbouring arrays never share one
 _FIXED = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)
 _ORPHANS: list[shared_memory.SharedMemory] = []
 _TRACK_PARAM = "track" in inspect.signature(shared_memory.SharedMemory).parameters
+
+
+def _register_all_but_shared_memory(register: Callable[[str, str], None]) -> Callable[[str, str], None]:
+    def register_filtered(name: str, rtype: str) -> None:
+        if rtype != "shared_memory":
+            register(name, rtype)
+
+    return register_filtered
 
 
 def fits_shared_memory(space: gym.Space[Any]) -> bool:
@@ -71,12 +79,14 @@ class SharedLayout:
         observation_space: Single-env observation space.
         action_space: Single-env action space.
         num_envs: Number of envs in the batch.
+        n_workers: Number of workers (one control row each, see :mod:`envmgr.signalling`).
     """
 
     name: str
     observation_space: gym.Space[Any]
     action_space: gym.Space[Any]
     num_envs: int
+    n_workers: int = 1
 
     @property
     def shared_observations(self) -> bool:
@@ -91,7 +101,9 @@ class SharedLayout:
     def templates(self) -> dict[str, Any]:
         """Unbacked arrays with the shape and dtype of every region, in segment order."""
         n = self.num_envs
-        regions: dict[str, Any] = {}
+        # One 64-byte row per worker plus one for the parent: the words each side
+        # polls never share a cache line with another process's writes.
+        regions: dict[str, Any] = {"control": np.empty((self.n_workers + 1, 8), dtype=np.int64)}
         if self.shared_observations:
             regions["observations"] = create_empty_array(self.observation_space, n, fn=np.empty)
         if self.shared_actions:
@@ -129,6 +141,7 @@ class SharedBuffers:
         truncations: ``bool[num_envs]``.
         env_seconds: ``float64[num_envs]``, cumulative seconds inside ``env.step`` per env.
         env_steps: ``int64[num_envs]``, cumulative ``env.step`` calls per env.
+        control: ``int64[n_workers + 1, 8]``, the hand-off words of :mod:`envmgr.signalling`.
     """
 
     observations: Any
@@ -138,6 +151,7 @@ class SharedBuffers:
     truncations: np.ndarray
     env_seconds: np.ndarray
     env_steps: np.ndarray
+    control: np.ndarray
 
     def __init__(self, layout: SharedLayout, shm: shared_memory.SharedMemory, owner: bool) -> None:
         self.layout = layout
@@ -154,6 +168,7 @@ class SharedBuffers:
             return view
 
         regions = {k: tree_map(place, v) for k, v in layout.templates().items()}
+        self.control = regions["control"]
         self.observations = regions.get("observations")
         self.actions = regions.get("actions")
         self.rewards = regions["rewards"]
@@ -167,22 +182,35 @@ class SharedBuffers:
 
     @classmethod
     def create(
-        cls, observation_space: gym.Space[Any], action_space: gym.Space[Any], num_envs: int
+        cls,
+        observation_space: gym.Space[Any],
+        action_space: gym.Space[Any],
+        num_envs: int,
+        n_workers: int = 1,
     ) -> SharedBuffers:
-        """Allocate a new segment (parent side); the caller must :meth:`unlink` it."""
-        draft = SharedLayout("", observation_space, action_space, num_envs)
+        """Allocate a new segment (parent side); the caller must :meth:`close` it."""
+        draft = SharedLayout("", observation_space, action_space, num_envs, n_workers)
         name = f"{SEGMENT_PREFIX}{secrets.token_hex(6)}"
         shm = shared_memory.SharedMemory(name=name, create=True, size=draft.size())
-        layout = SharedLayout(shm.name, observation_space, action_space, num_envs)
+        layout = SharedLayout(shm.name, observation_space, action_space, num_envs, n_workers)
         return cls(layout, shm, owner=True)
 
     @classmethod
     def attach(cls, layout: SharedLayout) -> SharedBuffers:
         """Map an existing segment (worker side)."""
-        if _TRACK_PARAM:  # Python >= 3.13: only the creator should track the segment
+        # Only the creator may track the segment. A worker that registered it too
+        # would, under fork, start a resource tracker of its own that unlinks the
+        # segment (with a "leaked" warning) when the worker exits, even while the
+        # manager still uses it.
+        if _TRACK_PARAM:  # Python >= 3.13
             shm = shared_memory.SharedMemory(name=layout.name, create=False, track=False)
         else:
-            shm = shared_memory.SharedMemory(name=layout.name, create=False)
+            register = resource_tracker.register
+            resource_tracker.register = _register_all_but_shared_memory(register)  # type: ignore[assignment]
+            try:
+                shm = shared_memory.SharedMemory(name=layout.name, create=False)
+            finally:
+                resource_tracker.register = register  # type: ignore[assignment]
         return cls(layout, shm, owner=False)
 
     @property
@@ -216,7 +244,7 @@ class SharedBuffers:
             return
         self.observations = self.actions = None
         self.rewards = self.terminations = self.truncations = np.empty(0)
-        self.env_seconds = self.env_steps = np.empty(0)
+        self.env_seconds = self.env_steps = self.control = np.empty(0)
         if self._owner:
             try:
                 shm.unlink()

@@ -39,7 +39,8 @@ from envmgr.messages import (
     StepResponse,
     WorkerConfig,
 )
-from envmgr.shared_memory import SharedBuffers
+from envmgr.shared_memory import SharedBuffers, tree_map
+from envmgr.signalling import SHIP_TIMERS, WorkerDoorbell
 from envmgr.timers import TimerNode, TimerStack
 
 __all__ = ["worker_main"]
@@ -84,19 +85,34 @@ class _Timers:
 class _Worker:
     """State of one worker process; :func:`worker_main` drives it."""
 
-    def __init__(self, conn: Connection, config: WorkerConfig, envs: list[gym.Env[Any, Any]]):
+    def __init__(
+        self,
+        conn: Connection,
+        wake: Connection,
+        config: WorkerConfig,
+        envs: list[gym.Env[Any, Any]],
+    ) -> None:
         self.conn = conn
+        self.wake = wake
+        self.doorbell: WorkerDoorbell | None = None
         self.config = config
         self.envs = envs
         self.n = len(envs)
         self.timers = _Timers()
-        self.autoreset = np.zeros(self.n, dtype=np.bool_)
+        self.autoreset = [False] * self.n
+        # Last results per env, kept between commands so a partial reset can
+        # republish the observations of the envs it did not touch.
+        self._obs: list[Any] = [None] * self.n
+        self._rew: list[Any] = [0.0] * self.n
+        self._term: list[Any] = [False] * self.n
+        self._trunc: list[Any] = [False] * self.n
+        self._dt: list[float] = [0.0] * self.n
         self.mode = config.autoreset_mode
         self.single_obs_space = envs[0].observation_space
         self.local_action_space = batch_space(envs[0].action_space, self.n)
         self.buffers: SharedBuffers | None = None
         self.views: dict[str, Any] = {}
-        self.write_obs: Callable[[int, Any], None] | None = None
+        self.write_obs: Callable[[list[Any]], None] | None = None
         if config.layout is not None:
             self.attach(config.layout)
 
@@ -108,6 +124,16 @@ class _Worker:
         self.views = self.buffers.slice(off, off + self.n)
         obs = self.views["observations"]
         self.write_obs = None if obs is None else _make_writer(obs)
+        parent_pid = os.getppid()
+        self.doorbell = WorkerDoorbell(
+            self.buffers.control,
+            self.config.worker_index,
+            self.conn,
+            self.wake.fileno(),
+            self.config.spin_seconds,
+            lambda: os.getppid() == parent_pid,
+            LIVENESS_INTERVAL,
+        )
 
     def env_index(self, local: int) -> int:
         return self.config.env_offset + local
@@ -134,96 +160,124 @@ class _Worker:
 
     def step(self, cmd: Step) -> StepResponse:
         t_start = perf_counter()
-        views = self.views
+        n = self.n
         if cmd.actions is not None:
             actions: Any = cmd.actions
         else:
-            actions = iterate(self.local_action_space, views["actions"])
-        rewards, terms, truncs = views["rewards"], views["terminations"], views["truncations"]
-        env_seconds, env_steps = views["env_seconds"], views["env_steps"]
-        write_obs = self.write_obs
-        fallback_obs: list[Any] | None = None if write_obs is not None else [None] * self.n
+            # A private copy: an env may keep a reference to its action, and the
+            # parent overwrites the shared array on the next step.
+            actions = list(iterate(self.local_action_space, tree_map(np.array, self.views["actions"])))
+        envs, mode, autoreset = self.envs, self.mode, self.autoreset
+        obs_list, rewards, terms, truncs, env_dt = self._obs, self._rew, self._term, self._trunc, self._dt
         infos: list[tuple[int, dict[str, Any]]] = []
-        autoreset = self.autoreset
-        mode = self.mode
         t_env = t_reset = 0.0
         n_resets = 0
-        for i, (env, action) in enumerate(zip(self.envs, actions)):
+        # Results go into plain lists and are written to shared memory once per
+        # batch: one numpy assignment per array instead of one per env.
+        for i in range(n):
+            env = envs[i]
             self.current_env = i
-            t0 = perf_counter()
             if autoreset[i] and mode == _NEXT_STEP:
+                t0 = perf_counter()
                 obs, info = env.reset()
-                reward, term, trunc = 0.0, False, False
-                dt = perf_counter() - t0
-                t_reset += dt
+                t_reset += perf_counter() - t0
                 n_resets += 1
+                reward, term, trunc = 0.0, False, False
+                env_dt[i] = 0.0
             else:
                 if autoreset[i] and mode == _DISABLED:
                     raise RuntimeError(
                         f"env {self.env_index(i)} finished its episode and autoreset_mode is "
                         "'Disabled': reset it (reset(options={'reset_mask': ...})) before stepping"
                     )
-                obs, reward, term, trunc, info = env.step(action)
+                t0 = perf_counter()
+                obs, reward, term, trunc, info = env.step(actions[i])
                 dt = perf_counter() - t0
                 t_env += dt
-                env_seconds[i] += dt
-                env_steps[i] += 1
+                env_dt[i] = dt
                 if mode == _SAME_STEP and (term or trunc):
-                    t1 = perf_counter()
-                    info = {"final_obs": obs, "final_info": info}
-                    obs, reset_info = env.reset()
-                    if reset_info:
-                        info.update(reset_info)
-                    t_reset += perf_counter() - t1
+                    t0 = perf_counter()
+                    final = {"final_obs": obs, "final_info": info}
+                    obs, info = env.reset()
+                    info = {**info, **final} if info else final
+                    t_reset += perf_counter() - t0
                     n_resets += 1
-            if write_obs is not None:
-                write_obs(i, obs)
-            else:
-                fallback_obs[i] = obs  # type: ignore[index]
+            obs_list[i] = obs
             rewards[i] = reward
             terms[i] = term
             truncs[i] = trunc
+            autoreset[i] = term or trunc
             if info:
                 infos.append((i, info))
         self.current_env = None
-        np.logical_or(terms, truncs, out=autoreset)
+        obs_out = self._publish(obs_list, rewards, terms, truncs)
+        stepped = n - n_resets if mode == _NEXT_STEP else n
+        views = self.views
+        if views:
+            views["env_seconds"] += env_dt
+            views["env_steps"] += np.asarray(env_dt) > 0.0 if mode == _NEXT_STEP else 1
         timers = self.timers
-        timers.step_env.add_time(t_env, self.n - (n_resets if mode == _NEXT_STEP else 0))
+        timers.step_env.add_time(t_env, stepped)
         if n_resets:
             timers.step_autoreset.add_time(t_reset, n_resets)
         timers.step.add_time(perf_counter() - t_start)
-        obs_out = None if fallback_obs is None else tuple(fallback_obs)
         return self._response(cmd.seq, tuple(infos), obs_out, cmd.ship_timers)
+
+    def _publish(
+        self, obs_list: list[Any], rewards: list[Any], terms: list[Any], truncs: list[Any]
+    ) -> tuple[Any, ...] | None:
+        """Write a batch of results to shared memory; returns observations for the fallback."""
+        views = self.views
+        views["rewards"][:] = rewards
+        views["terminations"][:] = terms
+        views["truncations"][:] = truncs
+        if self.write_obs is None:
+            return tuple(obs_list)
+        try:
+            self.write_obs(obs_list)
+        except (ValueError, TypeError, KeyError, IndexError) as exc:
+            self._explain_bad_observation(obs_list, exc)
+        return None
+
+    def _explain_bad_observation(self, obs_list: list[Any], exc: Exception) -> None:
+        """Name the env whose observation does not fit the observation space."""
+        space = self.single_obs_space
+        for i, obs in enumerate(obs_list):
+            if obs not in space:
+                shape = getattr(obs, "shape", None)
+                self.current_env = i
+                raise ValueError(
+                    f"env {self.env_index(i)} returned an observation that is not in its "
+                    f"observation space {space}: got {type(obs).__name__}"
+                    + (f" of shape {shape}" if shape is not None else "")
+                    + f" ({exc})"
+                ) from exc
+        raise exc
 
     def reset(self, cmd: Reset) -> StepResponse:
         t_start = perf_counter()
-        fallback_obs: list[Any] | None = None if self.write_obs is not None else [None] * self.n
+        obs_list, rewards, terms, truncs = self._obs, self._rew, self._term, self._trunc
         infos: list[tuple[int, dict[str, Any]]] = []
-        views = self.views
         t_env = 0.0
         count = 0
         for i, env in enumerate(self.envs):
             if cmd.mask is not None and not cmd.mask[i]:
-                continue
+                continue  # keeps its last observation and flags, as SyncVectorEnv does
             self.current_env = i
             t0 = perf_counter()
             obs, info = env.reset(seed=cmd.seeds[i], options=cmd.options)
             t_env += perf_counter() - t0
             count += 1
-            if self.write_obs is not None:
-                self.write_obs(i, obs)
-            else:
-                fallback_obs[i] = obs  # type: ignore[index]
-            views["rewards"][i] = 0.0
-            views["terminations"][i] = False
-            views["truncations"][i] = False
+            obs_list[i] = obs
+            rewards[i] = 0.0
+            terms[i] = truncs[i] = False
             self.autoreset[i] = False
             if info:
                 infos.append((i, info))
         self.current_env = None
+        obs_out = self._publish(obs_list, rewards, terms, truncs)
         self.timers.reset_env.add_time(t_env, count)
         self.timers.reset.add_time(perf_counter() - t_start)
-        obs_out = None if fallback_obs is None else tuple(fallback_obs)
         return self._response(cmd.seq, tuple(infos), obs_out, cmd.ship_timers)
 
     def call(self, cmd: Call) -> CallResponse:
@@ -250,27 +304,27 @@ class _Worker:
     current_env: int | None = None
 
 
-def _make_writer(out: Any) -> Callable[[int, Any], None]:
-    """A function writing one env's observation into row ``i`` of the batch views."""
+def _make_writer(out: Any) -> Callable[[list[Any]], None]:
+    """A function writing a list of per-env observations into the batch views."""
     if isinstance(out, np.ndarray):
 
-        def write(i: int, value: Any) -> None:
-            out[i] = value
+        def write(values: list[Any]) -> None:
+            out[:] = values
 
         return write
     if isinstance(out, dict):
         writers = {k: _make_writer(v) for k, v in out.items()}
 
-        def write_dict(i: int, value: Any) -> None:
+        def write_dict(values: list[Any]) -> None:
             for k, w in writers.items():
-                w(i, value[k])
+                w([v[k] for v in values])
 
         return write_dict
     parts = [_make_writer(v) for v in out]
 
-    def write_tuple(i: int, value: Any) -> None:
-        for w, v in zip(parts, value):
-            w(i, v)
+    def write_tuple(values: list[Any]) -> None:
+        for j, w in enumerate(parts):
+            w([v[j] for v in values])
 
     return write_tuple
 
@@ -336,11 +390,12 @@ def _send(conn: Connection, config: WorkerConfig, message: Any, phase: str) -> b
         return True
 
 
-def worker_main(conn: Connection, config: WorkerConfig) -> None:
+def worker_main(conn: Connection, wake: Connection, config: WorkerConfig) -> None:
     """Run one worker until told to close or until its manager is gone.
 
     Args:
         conn: The worker's end of its duplex pipe to the manager.
+        wake: Write end of the manager's shared wake-up pipe.
         config: Start-up settings and the cloudpickled env factories.
     """
     # Ctrl-C goes to the whole process group; the manager alone handles it and
@@ -369,7 +424,7 @@ def worker_main(conn: Connection, config: WorkerConfig) -> None:
                     f"env {config.env_offset + k} has action space {env.action_space}, "
                     f"but env {config.env_offset} has {envs[0].action_space}"
                 )
-        worker = _Worker(conn, config, envs)
+        worker = _Worker(conn, wake, config, envs)
     except BaseException as exc:
         env_index = config.env_offset + len(envs)
         _send(conn, config, _error(config, -1, env_index, "make", exc), "make")
@@ -391,14 +446,26 @@ def worker_main(conn: Connection, config: WorkerConfig) -> None:
         return
 
     timers = worker.timers
+    config_spin = config.spin_seconds
     try:
         while True:
             t0 = perf_counter()
-            cmd = _receive(conn, config.spin_seconds, parent_pid)
-            t1 = perf_counter()
-            timers.wait.add_time(t1 - t0)
-            if cmd is None:
+            bell = worker.doorbell
+            if bell is None:  # before Attach, every command comes down the pipe
+                got: Any = _receive(conn, config_spin, parent_pid)
+            else:
+                got = bell.wait()
+            timers.wait.add_time(perf_counter() - t0)
+            if got is None:
                 break
+            fast = isinstance(got, tuple)
+            if fast:
+                seq, kind = got
+                cmd: Command = Step(seq, bool(kind & SHIP_TIMERS))
+            else:
+                cmd = pickle.loads(got) if isinstance(got, bytes) else got
+                if bell is not None:
+                    bell.saw(cmd.seq)
             if isinstance(cmd, Close):
                 _close_envs(envs)
                 _send(conn, config, Ack(config.worker_index, cmd.seq), "close")
@@ -409,14 +476,25 @@ def worker_main(conn: Connection, config: WorkerConfig) -> None:
                 phase = type(cmd).__name__.lower()
                 env = worker.current_env
                 worker.current_env = None
-                answer = _error(config, cmd.seq, None if env is None else worker.env_index(env), phase, exc)
+                env_index = None if env is None else worker.env_index(env)
+                answer = _error(config, cmd.seq, env_index, phase, exc)
             t2 = perf_counter()
-            ok = _send(conn, config, answer, type(cmd).__name__.lower())
+            if fast:
+                # Steps announced in shared memory answer there too; the pipe
+                # carries a message only when there is something to say.
+                has_message = isinstance(answer, ErrorResponse) or bool(
+                    answer.infos or answer.timer_root is not None or answer.observations is not None
+                )
+                ok = _send(conn, config, answer, "step") if has_message else True
+                worker.doorbell.step_done(seq, has_message)  # type: ignore[union-attr]
+            else:
+                ok = _send(conn, config, answer, type(cmd).__name__.lower())
             timers.send.add_time(perf_counter() - t2)
             if not ok:
                 break
     finally:
         if worker.buffers is not None:
+            worker.doorbell = None
             worker.views = {}
             worker.write_obs = None
             worker.buffers.close()
