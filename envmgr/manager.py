@@ -24,6 +24,7 @@ import multiprocessing as mp
 import os
 import pickle
 import select
+import signal
 import sys
 import threading
 import types
@@ -45,6 +46,7 @@ from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 from envmgr import timers
 from envmgr.errors import (
     AlreadyPendingCallError,
+    BrokenWorkerError,
     ClosedManagerError,
     NoAsyncCallError,
     RemoteTraceback,
@@ -63,7 +65,6 @@ from envmgr.messages import (
     FlushTimers,
     Ready,
     Reset,
-    Response,
     SetAttr,
     Step,
     StepResponse,
@@ -84,7 +85,6 @@ DEFAULT_SPIN_SECONDS = 200e-6
 #: How often workers ship their timer trees during a steady stepping loop.
 DEFAULT_TIMER_INTERVAL = 1.0
 
-_PARENT_SPIN = float(os.environ.get("ENVMGR_PARENT_SPIN", "0"))
 _LIVE_MANAGERS: weakref.WeakSet[SubprocessEnvManager] = weakref.WeakSet()
 
 
@@ -195,6 +195,13 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
             stepping; reads of the timer tree always pull in the rest first.
         check_actions: Validate actions against the action space in the parent
             before sending them (shape, range, NaN). Turn off only for speed.
+        max_restarts: How many times each worker may be replaced after it dies
+            or overruns ``step_timeout``. A replaced worker rebuilds its envs from
+            their factories and resets them; the step returns with those envs
+            truncated and ``infos["envmgr_restarted"]`` giving the reason. ``0``
+            (default): a failure closes the manager and raises.
+        restart_window: Count restarts only within this many seconds (a rate
+            limit); ``None`` counts over the manager's lifetime.
     """
 
     def __init__(
@@ -212,6 +219,8 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
         close_timeout: float = 5.0,
         timer_interval: float = DEFAULT_TIMER_INTERVAL,
         check_actions: bool = True,
+        max_restarts: int = 0,
+        restart_window: float | None = None,
     ) -> None:
         self.closed = True  # until start-up succeeds; makes close() safe to call early
         self._processes: list[Any] = []
@@ -236,6 +245,13 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
         self.close_timeout = close_timeout
         self.timer_interval = timer_interval
         self.check_actions = check_actions
+        if max_restarts < 0:
+            raise ValueError(f"max_restarts must be >= 0, got {max_restarts}")
+        self.max_restarts = max_restarts
+        self.restart_window = restart_window
+        #: Restarts so far, per worker.
+        self.restarts = [0] * n_workers
+        self._restart_times: list[list[float]] = [[] for _ in range(n_workers)]
         self._ctx = mp.get_context(self.context)
         if self.context == "forkserver":
             # Workers fork from a server that already imported numpy and gymnasium.
@@ -287,34 +303,11 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
         # shares it and it unlinks our segment if this process is killed.
         resource_tracker.ensure_running()
         os.set_blocking(self._wake_r.fileno(), False)
-        for w, payload in enumerate(payloads):
-            parent_conn, child_conn = self._ctx.Pipe(duplex=True)
-            config = WorkerConfig(
-                worker_index=w,
-                env_offset=w * self.envs_per_worker,
-                env_fns=payload,
-                autoreset_mode=self.autoreset_mode.value,
-                spin_seconds=self.spin_seconds,
-                manager_pid=os.getpid(),
-                # A forked child inherits the parent's ends of earlier workers'
-                # pipes; it closes them so a dead parent reads as end-of-file.
-                fds_to_close=(
-                    tuple(c.fileno() for c in [*self._conns, self._wake_r])
-                    if self.context == "fork"
-                    else ()
-                ),
-            )
-            proc = self._ctx.Process(
-                target=worker_main,
-                args=(child_conn, self._wake_w, config),
-                name=f"envmgr-worker-{w}",
-                daemon=True,
-            )
-            with _main_module_hidden():
-                proc.start()
-            child_conn.close()
+        self._payloads = payloads
+        for w in range(self.n_workers):
+            proc, conn = self._spawn_worker(w, None)
             self._processes.append(proc)
-            self._conns.append(parent_conn)
+            self._conns.append(conn)
 
         readies = self._gather(range(self.n_workers), -1, self.start_timeout, "start")
         first: Ready = readies[0]
@@ -346,6 +339,34 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
         self._build_poller()
         self._checker = ActionChecker(self.single_action_space, self.num_envs, self.envs_per_worker)
         self._init_observation_views()
+
+    def _spawn_worker(self, w: int, layout: SharedLayout | None) -> tuple[Any, Connection]:
+        """Start worker ``w``'s process; with ``layout`` it attaches to shared memory at once."""
+        parent_conn, child_conn = self._ctx.Pipe(duplex=True)
+        inherited = [parent_conn, self._wake_r, *(c for i, c in enumerate(self._conns) if i != w)]
+        config = WorkerConfig(
+            worker_index=w,
+            env_offset=w * self.envs_per_worker,
+            env_fns=self._payloads[w],
+            autoreset_mode=self.autoreset_mode.value,
+            spin_seconds=self.spin_seconds,
+            manager_pid=os.getpid(),
+            # A forked child inherits the parent's ends of the pipes; it closes
+            # them so that a dead parent reads as end-of-file.
+            fds_to_close=tuple(c.fileno() for c in inherited) if self.context == "fork" else (),
+            layout=layout,
+            death_signal=threading.current_thread() is threading.main_thread(),
+        )
+        proc = self._ctx.Process(
+            target=worker_main,
+            args=(child_conn, self._wake_w, config),
+            name=f"envmgr-worker-{w}",
+            daemon=True,
+        )
+        with _main_module_hidden():
+            proc.start()
+        child_conn.close()
+        return proc, parent_conn
 
     def _build_poller(self) -> None:
         """One poll set for steps: the wake-up pipe and every worker's sentinel."""
@@ -387,34 +408,40 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
             try:
                 self._conns[w].send(cmd)
             except (BrokenPipeError, ConnectionResetError, OSError) as exc:
-                self._fail_dead(w, f"could not send to it ({exc})")
+                self._fail(w, f"could not send to it ({exc})", False)
         bell = getattr(self, "_bell", None)
         if bell is not None and seq is not None:
             # A worker spinning on its command word looks there, not at the pipe.
             bell.announce(targets, seq, KIND_PIPE)
 
     def _gather(
-        self, workers: Iterable[int], seq: int, timeout: float | None, phase: str
+        self,
+        workers: Iterable[int],
+        seq: int,
+        timeout: float | None,
+        phase: str,
+        on_lost: Callable[[int, str, bool], Any] | None = None,
     ) -> dict[int, Any]:
         """Wait for every listed worker's answer to command ``seq``.
 
-        Waits on pipes and process sentinels together, so a dead worker raises
-        :class:`WorkerDiedError` at once. Answers to older commands (late replies
-        after a timeout) are dropped. If several workers raise, all answers are
-        still collected (keeping every pipe in step) and the first error is raised.
+        Waits on pipes and process sentinels together, so a dead worker is
+        noticed at once. Answers to older commands (late replies after a
+        timeout) are dropped. If several workers raise, all answers are still
+        collected (keeping every pipe in step) and the first error is raised.
+
+        Args:
+            workers: The workers that owe an answer.
+            seq: The command's sequence number (``-1`` for start-up).
+            timeout: Seconds to wait in all (``None``: no limit).
+            phase: What the command was, for messages.
+            on_lost: Called as ``on_lost(w, reason, timed_out)`` for a worker that
+                died or overran; returns the answer to use in its place (e.g. from
+                a replacement). Without it, the failure is raised.
         """
         pending = set(workers)
         answers: dict[int, Any] = {}
         errors: list[ErrorResponse] = []
         deadline = None if timeout is None else monotonic() + timeout
-        spin = _PARENT_SPIN
-        if spin > 0:
-            t_end = perf_counter() + spin
-            conns = self._conns
-            while perf_counter() < t_end:
-                if all(conns[w].poll() for w in pending):
-                    break
-                os.sched_yield()
         poller = select.poll()
         fd_map: dict[int, tuple[bool, int]] = {}
         for w in pending:
@@ -423,16 +450,29 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
             poller.register(s, select.POLLIN)
             fd_map[c] = (True, w)
             fd_map[s] = (False, w)
+
+        def lost(w: int, reason: str, timed_out: bool) -> None:
+            pending.discard(w)
+            for fd in (self._conns[w].fileno(), self._processes[w].sentinel):
+                try:
+                    poller.unregister(fd)
+                except KeyError:
+                    pass
+            if on_lost is None:
+                self._fail(w, reason, timed_out)
+            answers[w] = on_lost(w, reason, timed_out)
+
         while pending:
             wait_ms = None if deadline is None else max(0, int((deadline - monotonic()) * 1000) + 1)
             events = poller.poll(wait_ms)
             if not events:
                 if deadline is not None and monotonic() >= deadline:
-                    self._fail_timeout(sorted(pending), phase, timeout)
+                    for w in sorted(pending):
+                        lost(w, f"it did not answer {phase} within {timeout} s", True)
                 continue
             dead: list[int] = []
             for fd, _ in events:
-                is_conn, w = fd_map[fd]
+                is_conn, w = fd_map.get(fd, (False, -1))
                 if w not in pending:
                     continue
                 if not is_conn:
@@ -455,42 +495,59 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
                     answers[w] = msg
             for w in dead:
                 if w in pending:
-                    self._worker_exited(w, seq, phase)
+                    lost(w, self._exit_reason(w, seq, phase), False)
         if errors:
             self._raise_remote(errors[0])
         return answers
 
-    def _wait_step(self, seq: int, timeout: float | None) -> dict[int, Any]:
+    def _wait_step(self, seq: int, timeout: float | None) -> tuple[dict[int, Any], dict[int, str]]:
         """Sleep until every worker finished step ``seq``; read the messages some sent.
 
         The workers answer in the shared control block; only those with infos,
         timers or an error also wrote to their pipe.
+
+        Returns:
+            The messages by worker, and the workers replaced during the step
+            (with the reason), whose envs were reset instead.
         """
         bell = self._bell
         deadline = None if timeout is None else monotonic() + timeout
+        pending = set(range(self.n_workers))
+        replaced: dict[int, str] = {}
         # Wake-ups are not lost (see envmgr.signalling), but re-checking every few
         # milliseconds keeps even a lost one from costing more than that.
         wait_ms = 5
-        while not bell.done(seq).all():
+        while True:
+            done = bell.done(seq)
+            pending = {w for w in pending if not done[w]}
+            if not pending:
+                break
             if deadline is not None:
                 left = deadline - monotonic()
                 if left <= 0:
-                    late = [w for w, d in enumerate(bell.done(seq)) if not d]
-                    self._fail_timeout(late, "step", timeout)
+                    for w in sorted(pending):
+                        reason = f"it did not answer step within {timeout} s"
+                        replaced[w] = self._replace_or_fail(w, reason, True)
+                    pending.clear()
+                    break
                 wait_ms = min(wait_ms, int(left * 1000) + 1)
             for fd, _ in bell.wait(seq, self._poller, wait_ms):
                 w = self._sentinel_owner.get(fd)
-                if w is not None and not bell.done(seq)[w]:
-                    self._worker_exited(w, seq, "step")
+                if w is not None and w in pending and not bell.done(seq)[w]:
+                    reason = self._exit_reason(w, seq, "step")
+                    replaced[w] = self._replace_or_fail(w, reason, False)
+                    pending.discard(w)
             wait_ms = min(wait_ms * 2, 100)
         answers: dict[int, Any] = {}
         errors: list[ErrorResponse] = []
         for w in np.flatnonzero(bell.has_message()).tolist():
+            if w in replaced:
+                continue
             while True:
                 try:
                     msg = self._conns[w].recv()
                 except (EOFError, OSError):
-                    self._fail_dead(w, "its pipe closed during step")
+                    self._fail(w, "its pipe closed during step", False)
                 if getattr(msg, "seq", None) == seq:
                     break  # older answers (after a timeout) are dropped
             if isinstance(msg, ErrorResponse):
@@ -499,10 +556,10 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
                 answers[w] = msg
         if errors:
             self._raise_remote(errors[0])
-        return answers
+        return answers, replaced
 
-    def _worker_exited(self, w: int, seq: int, phase: str) -> None:
-        """Worker ``w`` exited while it owed an answer: raise what it said last, or that it died."""
+    def _exit_reason(self, w: int, seq: int, phase: str) -> str:
+        """Why worker ``w`` stopped answering; raises the error it reported, if any."""
         conn = self._conns[w]
         try:
             while conn.poll():
@@ -512,32 +569,93 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
                     self._raise_remote(msg)
         except (EOFError, OSError):
             pass
-        self._fail_dead(w, f"it exited during {phase}")
-
-    def _fail_dead(self, w: int, what: str) -> None:
         proc = self._processes[w]
         proc.join(0.5)
         code = proc.exitcode
         if code is None:
-            how = "is unresponsive"
+            how = "stopped answering"
         elif code < 0:
             try:
-                import signal
-
                 how = f"was killed by signal {signal.Signals(-code).name} (exit code {code})"
             except ValueError:
                 how = f"was killed by signal {-code}"
         else:
             how = f"exited with code {code}"
-        message = f"{self._where(w)} {how}: {what}"
+        return f"it {how} during {phase}"
+
+    def _replace_or_fail(self, w: int, reason: str, timed_out: bool, reset: Reset | None = None) -> str:
+        """Replace worker ``w`` under the restart policy, or raise its failure."""
+        if self.max_restarts <= 0:
+            self._fail(w, reason, timed_out)
+        self._restart(w, reason, reset)
+        return reason
+
+    def _fail(self, w: int, reason: str, timed_out: bool) -> None:
+        """Raise the failure of worker ``w`` after closing the manager."""
+        code = self._processes[w].exitcode if w < len(self._processes) else None
+        message = f"{self._where(w)}: {reason}"
         self._break(message)
+        if timed_out:
+            raise WorkerTimeoutError(message, w, self._env_range(w))
         raise WorkerDiedError(message, w, self._env_range(w), code)
 
-    def _fail_timeout(self, workers: list[int], phase: str, timeout: float | None) -> None:
-        where = ", ".join(self._where(w) for w in workers)
-        message = f"{where} did not answer {phase} within {timeout} s"
-        self._break(message)
-        raise WorkerTimeoutError(message, workers[0], self._env_range(workers[0]))
+    def _restart(self, w: int, reason: str, reset: Reset | None = None) -> StepResponse:
+        """Replace worker ``w`` in place: new process, same envs from their factories, reset.
+
+        Raises:
+            BrokenWorkerError: The worker has used up ``max_restarts`` (within
+                ``restart_window`` seconds, when set); the manager is closed.
+        """
+        now = monotonic()
+        history = self._restart_times[w]
+        if self.restart_window is not None:
+            history[:] = [t for t in history if now - t < self.restart_window]
+        if len(history) >= self.max_restarts:
+            window = "" if self.restart_window is None else f" within {self.restart_window:g} s"
+            message = (
+                f"{self._where(w)} failed ({reason}) after {len(history)} restarts{window}; "
+                f"max_restarts={self.max_restarts} is spent, so the manager is closed"
+            )
+            self._break(message)
+            raise BrokenWorkerError(message, w, self._env_range(w))
+        history.append(now)
+        with timers.hierarchical_timer(f"restart_worker_{w}", self._timer_stack):
+            old = self._processes[w]
+            if old.is_alive():
+                old.kill()
+            old.join(5.0)
+            try:
+                self._poller.unregister(old.sentinel)
+            except (KeyError, ValueError):
+                pass
+            self._sentinel_owner.pop(old.sentinel, None)
+            self._conns[w].close()
+            assert self._buffers is not None
+            # Its command word may hold the step it never finished: the new
+            # process reads the word as already seen, so it will not run it.
+            proc, conn = self._spawn_worker(w, self._buffers.layout)
+            self._processes[w], self._conns[w] = proc, conn
+            try:
+                old.close()
+            except ValueError:
+                pass
+            self._poller.register(proc.sentinel, select.POLLIN)
+            self._sentinel_owner[proc.sentinel] = w
+            ready: Ready = self._gather([w], -1, self.start_timeout, "restart")[w]
+            self.worker_pids[w] = ready.pid
+            seq = self._next_seq()
+            if reset is None:
+                # Cut mid-step: reset now, and in next-step mode once more on the
+                # next step, so the step after a truncation starts a new episode.
+                next_step = self.autoreset_mode == AutoresetMode.NEXT_STEP
+                cmd = Reset(seq, (None,) * self.envs_per_worker, None, None, False, next_step)
+            else:  # cut mid-reset: carry out the reset that was asked for
+                cmd = Reset(seq, reset.seeds, reset.options, reset.mask, False)
+            self._conns[w].send(cmd)
+            self._bell.announce([w], seq, KIND_PIPE)
+            answer: StepResponse = self._gather([w], seq, self.start_timeout, "restart reset")[w]
+        self.restarts[w] += 1
+        return answer
 
     def _break(self, reason: str) -> None:
         """Mark the manager unusable and release every resource it holds."""
@@ -729,9 +847,10 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
                 ship,
             )
 
-        self._broadcast(command, workers)
+        commands = {w: command(w) for w in workers}
+        self._broadcast(commands.__getitem__, workers)
         self._unshipped = True
-        self._pending = ("reset", seq, (workers, ship))
+        self._pending = ("reset", seq, (workers, ship, commands))
 
     def reset_wait(self, timeout: float | None = None) -> tuple[Any, dict[str, Any]]:
         """Wait for the reset sent by :meth:`reset_async`.
@@ -739,10 +858,22 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
         Args:
             timeout: Seconds to wait; defaults to the manager's ``step_timeout``.
         """
-        seq, (workers, ship) = self._take_pending("reset")
+        seq, (workers, ship, commands) = self._take_pending("reset")
+        replaced: dict[int, str] = {}
+
+        def on_lost(w: int, reason: str, timed_out: bool) -> StepResponse:
+            if self.max_restarts <= 0:
+                self._fail(w, reason, timed_out)
+            replaced[w] = reason
+            return self._restart(w, reason, commands[w])
+
         with timers.hierarchical_timer("workers", self._timer_stack):
-            answers = self._gather(workers, seq, self._timeout(timeout), "reset")
-        return self._collect(answers, ship)[0], self._infos(answers)
+            answers = self._gather(workers, seq, self._timeout(timeout), "reset", on_lost)
+        infos = self._infos(answers)
+        for w, reason in replaced.items():
+            for i in self._env_range(w):
+                infos = self._add_info(infos, {"envmgr_restarted": f"{self._where(w)}: {reason}"}, i)
+        return self._collect(answers, ship)[0], infos
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Step every env with its action; see ``gymnasium.vector.VectorEnv.step``."""
@@ -772,19 +903,29 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
             timeout: Seconds to wait; defaults to the manager's ``step_timeout``.
         """
         seq, (ship, fast) = self._take_pending("step")
+        wait = self._timeout(timeout)
         with timers.hierarchical_timer("workers", self._timer_stack):
             if fast:
-                answers = self._wait_step(seq, self._timeout(timeout))
+                answers, replaced = self._wait_step(seq, wait)
             else:
-                answers = self._gather(range(self.n_workers), seq, self._timeout(timeout), "step")
+                replaced = {}
+
+                def on_lost(w: int, reason: str, timed_out: bool) -> StepResponse:
+                    replaced[w] = self._replace_or_fail(w, reason, timed_out)
+                    return StepResponse(w, seq)
+
+                answers = self._gather(range(self.n_workers), seq, wait, "step", on_lost)
         obs, buffers = self._collect(answers, ship)
-        return (
-            obs,
-            buffers.rewards.copy(),
-            buffers.terminations.copy(),
-            buffers.truncations.copy(),
-            self._infos(answers),
-        )
+        rewards = buffers.rewards.copy()
+        terminations = buffers.terminations.copy()
+        truncations = buffers.truncations.copy()
+        infos = self._infos(answers)
+        for w, reason in replaced.items():
+            envs = self._env_range(w)
+            truncations[envs.start : envs.stop] = True
+            for i in envs:
+                infos = self._add_info(infos, {"envmgr_restarted": f"{self._where(w)}: {reason}"}, i)
+        return obs, rewards, terminations, truncations, infos
 
     def _timeout(self, timeout: float | None) -> float | None:
         return self.step_timeout if timeout is None else timeout

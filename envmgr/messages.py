@@ -80,6 +80,9 @@ class WorkerConfig:
         layout: Shared-memory layout to attach to at start (restarts); ``None``
             on first start, when the parent sends :class:`Attach` after
             :class:`Ready`.
+        death_signal: Ask the kernel to kill the worker when its parent exits
+            (Linux). Only sound when the manager was created on the main thread:
+            the signal follows the creating *thread*, not the process.
     """
 
     worker_index: int
@@ -90,6 +93,7 @@ class WorkerConfig:
     manager_pid: int
     fds_to_close: tuple[int, ...] = ()
     layout: SharedLayout | None = None
+    death_signal: bool = False
 
 
 # --------------------------------------------------------------------------- commands
@@ -132,6 +136,9 @@ class Reset:
         options: Passed to every ``env.reset`` unchanged.
         mask: Which of the worker's envs to reset; ``None`` resets all.
         ship_timers: Send the worker's accumulated timer tree with the answer.
+        autoreset_next: Reset the envs once more on the next step (after a
+            restart in next-step autoreset mode, the step after the truncation
+            starts a new episode, as it would for any truncation).
     """
 
     seq: int
@@ -139,6 +146,7 @@ class Reset:
     options: dict[str, Any] | None = None
     mask: tuple[bool, ...] | None = None
     ship_timers: bool = True
+    autoreset_next: bool = False
 
 
 @_fast_pickle

@@ -12,6 +12,9 @@ from __future__ import annotations
 import os
 import pickle
 import signal
+import sys
+import threading
+import time
 import traceback
 from collections.abc import Callable
 from multiprocessing.connection import Connection
@@ -47,6 +50,8 @@ __all__ = ["worker_main"]
 
 #: While blocked, how often a worker checks that its manager still exists.
 LIVENESS_INTERVAL = 0.25
+#: How often the watchdog thread checks the same while the worker is busy.
+WATCHDOG_INTERVAL = 0.5
 
 # Autoreset modes, by gymnasium.vector.AutoresetMode value.
 _NEXT_STEP, _SAME_STEP, _DISABLED = "NextStep", "SameStep", "Disabled"
@@ -125,13 +130,14 @@ class _Worker:
         obs = self.views["observations"]
         self.write_obs = None if obs is None else _make_writer(obs)
         parent_pid = os.getppid()
+        manager_pid = self.config.manager_pid
         self.doorbell = WorkerDoorbell(
             self.buffers.control,
             self.config.worker_index,
             self.conn,
             self.wake.fileno(),
             self.config.spin_seconds,
-            lambda: os.getppid() == parent_pid,
+            lambda: not _manager_gone(manager_pid, parent_pid),
             LIVENESS_INTERVAL,
         )
 
@@ -271,7 +277,7 @@ class _Worker:
             obs_list[i] = obs
             rewards[i] = 0.0
             terms[i] = truncs[i] = False
-            self.autoreset[i] = False
+            self.autoreset[i] = cmd.autoreset_next
             if info:
                 infos.append((i, info))
         self.current_env = None
@@ -407,6 +413,9 @@ def worker_main(conn: Connection, wake: Connection, config: WorkerConfig) -> Non
         except OSError:
             pass
     parent_pid = os.getppid()
+    if config.death_signal:
+        _set_death_signal()
+    _start_watchdog(config.manager_pid, parent_pid)
 
     envs: list[gym.Env[Any, Any]] = []
     try:
@@ -499,6 +508,55 @@ def worker_main(conn: Connection, wake: Connection, config: WorkerConfig) -> Non
             worker.write_obs = None
             worker.buffers.close()
         _close_envs(envs)
+
+
+def _manager_gone(manager_pid: int, parent_pid: int) -> bool:
+    """Whether the manager process has exited (a zombie counts as exited)."""
+    if os.getppid() != parent_pid:
+        return True
+    try:
+        os.kill(manager_pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    try:
+        with open(f"/proc/{manager_pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state in ("Z", "X")
+
+
+def _start_watchdog(manager_pid: int, parent_pid: int) -> None:
+    """Exit this worker soon after the manager dies, even if an env is stuck in Python code.
+
+    The pipe's end-of-file covers a worker waiting for a command; this thread
+    covers one busy in a long step. Under fork and spawn the kernel's parent
+    death signal (:func:`_set_death_signal`) also covers code that holds the GIL.
+    """
+
+    def watch() -> None:
+        while True:
+            time.sleep(WATCHDOG_INTERVAL)
+            if _manager_gone(manager_pid, parent_pid):
+                os._exit(0)
+
+    threading.Thread(target=watch, name="envmgr-watchdog", daemon=True).start()
+
+
+def _set_death_signal() -> None:
+    """Have Linux SIGKILL this process when the process (thread) that created it exits."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
 
 
 def _close_envs(envs: list[gym.Env[Any, Any]]) -> None:
