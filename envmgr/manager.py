@@ -71,7 +71,7 @@ from envmgr.messages import (
     WorkerConfig,
 )
 from envmgr.shared_memory import SharedBuffers, SharedLayout, tree_map
-from envmgr.signalling import KIND_PIPE, KIND_STEP, SHIP_TIMERS, ParentDoorbell
+from envmgr.signalling import KIND_PIPE, KIND_STEP, SHIP_TIMERS, WAIT_ANY, ParentDoorbell
 from envmgr.validation import ActionChecker
 from envmgr.worker import worker_main
 
@@ -252,6 +252,8 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
         #: Restarts so far, per worker.
         self.restarts = [0] * n_workers
         self._restart_times: list[list[float]] = [[] for _ in range(n_workers)]
+        self._inflight: dict[int, int] = {}  # worker -> seq of its send() step
+        self._sub_checkers: dict[int, ActionChecker] = {}
         self._ctx = mp.get_context(self.context)
         if self.context == "forkserver":
             # Workers fork from a server that already imported numpy and gymnasium.
@@ -531,7 +533,7 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
                     pending.clear()
                     break
                 wait_ms = min(wait_ms, int(left * 1000) + 1)
-            for fd, _ in bell.wait(seq, self._poller, wait_ms):
+            for fd, _ in bell.wait(lambda: bool(bell.done(seq).all()), self._poller, wait_ms):
                 w = self._sentinel_owner.get(fd)
                 if w is not None and w in pending and not bell.done(seq)[w]:
                     reason = self._exit_reason(w, seq, "step")
@@ -707,6 +709,10 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
 
     def _check_idle(self, name: str) -> None:
         self._check_usable(name)
+        if self._inflight:
+            raise AlreadyPendingCallError(
+                f"cannot {name} while send() steps are in flight: recv() them first", "send"
+            )
         if self._pending is not None:
             raise AlreadyPendingCallError(
                 f"cannot {name} while a {self._pending[0]} call is pending: "
@@ -927,6 +933,135 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
                 infos = self._add_info(infos, {"envmgr_restarted": f"{self._where(w)}: {reason}"}, i)
         return obs, rewards, terminations, truncations, infos
 
+    # ---------------------------------------------------------------- first-ready
+
+    def send(self, actions: Any, env_ids: Sequence[int] | np.ndarray | None = None) -> None:
+        """Start stepping some envs without waiting (EnvPool's ``send``).
+
+        Together with :meth:`recv` this gives first-ready stepping: each worker
+        runs as soon as it has actions, and ``recv`` returns whichever workers
+        finish first, so one slow env no longer holds the whole batch back.
+
+        Args:
+            actions: Batched actions for ``env_ids`` (first axis ``len(env_ids)``).
+            env_ids: Global env indices to step; they must be whole workers'
+                groups (``envs_per_worker`` consecutive ids starting at a multiple
+                of it), typically the ``env_ids`` a previous :meth:`recv` returned.
+                ``None`` steps every env.
+
+        Raises:
+            ValueError: Ids that split a worker's group, or a worker that already
+                has a step in flight.
+        """
+        self._check_usable("send")
+        if self._pending is not None:
+            raise AlreadyPendingCallError(
+                f"cannot send while a {self._pending[0]} call is pending", self._pending[0]
+            )
+        e = self.envs_per_worker
+        ids = np.arange(self.num_envs) if env_ids is None else np.asarray(env_ids, dtype=np.int64)
+        workers = sorted(set((ids // e).tolist()))
+        expected = np.concatenate([np.arange(w * e, (w + 1) * e) for w in workers]) if workers else ids
+        if ids.ndim != 1 or not np.array_equal(np.sort(ids), expected):
+            raise ValueError(
+                f"env_ids must cover whole workers ({e} consecutive envs each, as recv returns "
+                f"them), got {ids.tolist()}"
+            )
+        busy = [w for w in workers if w in self._inflight]
+        if busy:
+            raise ValueError(f"{self._where(busy[0])} already has a step in flight: recv() it first")
+        buffers = self._buffers
+        assert buffers is not None
+        if buffers.actions is None:
+            raise ValueError("send/recv needs an action space that fits shared memory")
+        if self.check_actions:
+            checker = self._sub_checkers.get(len(ids))
+            if checker is None:
+                checker = ActionChecker(self.single_action_space, len(ids), e)
+                self._sub_checkers[len(ids)] = checker
+            checker.check(actions)
+        _scatter_tree(buffers.actions, ids, actions)
+        seq = self._next_seq()
+        self._bell.announce(workers, seq, KIND_STEP)
+        for w in workers:
+            self._inflight[w] = seq
+        self._unshipped = True
+
+    def recv(
+        self, batch_size: int | None = None, timeout: float | None = None
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any], np.ndarray]:
+        """Return the first workers to finish their :meth:`send` (EnvPool's ``recv``).
+
+        Args:
+            batch_size: Envs to return, rounded up to whole workers; defaults to
+                one worker's group. Capped at what is in flight.
+            timeout: Seconds to wait; defaults to the manager's ``step_timeout``.
+
+        Returns:
+            ``(obs, rewards, terminations, truncations, infos, env_ids)`` for the
+            returned envs, in ``env_ids`` order (ascending worker index).
+        """
+        self._check_usable("recv")
+        if not self._inflight:
+            raise NoAsyncCallError("recv() called with no step in flight: send() first", "recv")
+        e = self.envs_per_worker
+        need = min(len(self._inflight), max(1, -(-(batch_size or e) // e)))
+        bell = self._bell
+        timeout = self._timeout(timeout)
+        deadline = None if timeout is None else monotonic() + timeout
+        replaced: dict[int, str] = {}
+
+        def ready() -> list[int]:
+            words = bell.done_words()
+            return [w for w, s in self._inflight.items() if words[w] == s] + list(replaced)
+
+        wait_ms = 5
+        with timers.hierarchical_timer("workers", self._timer_stack):
+            while len(got := ready()) < need:
+                if deadline is not None:
+                    left = deadline - monotonic()
+                    if left <= 0:
+                        late = [w for w in self._inflight if w not in got]
+                        for w in late[: need - len(got)]:
+                            reason = f"it did not answer step within {timeout} s"
+                            replaced[w] = self._replace_or_fail(w, reason, True)
+                        continue
+                    wait_ms = min(wait_ms, int(left * 1000) + 1)
+                events = bell.wait(lambda: len(ready()) >= need, self._poller, wait_ms, WAIT_ANY)
+                for fd, _ in events:
+                    w = self._sentinel_owner.get(fd)
+                    if w is not None and w in self._inflight and w not in ready():
+                        reason = self._exit_reason(w, self._inflight[w], "step")
+                        replaced[w] = self._replace_or_fail(w, reason, False)
+                wait_ms = min(wait_ms * 2, 100)
+        chosen = sorted(got)[:need] if len(got) > need else sorted(got)
+        has_message = bell.has_message()
+        answers: dict[int, Any] = {}
+        for w in chosen:
+            seq = self._inflight.pop(w)
+            if w in replaced or not has_message[w]:
+                continue
+            while True:
+                msg = self._conns[w].recv()
+                if getattr(msg, "seq", None) == seq:
+                    break
+            if isinstance(msg, ErrorResponse):
+                self._raise_remote(msg)
+            answers[w] = msg
+        ids = np.concatenate([np.arange(w * e, (w + 1) * e) for w in chosen])
+        buffers = self._buffers
+        assert buffers is not None
+        obs = tree_map(lambda a: a[ids], self._obs_views)  # fancy indexing copies
+        rewards = buffers.rewards[ids]
+        terminations = buffers.terminations[ids]
+        truncations = buffers.truncations[ids]
+        infos = self._infos(answers)
+        for w, reason in replaced.items():
+            truncations[np.isin(ids, self._env_range(w))] = True
+            for i in self._env_range(w):
+                infos = self._add_info(infos, {"envmgr_restarted": f"{self._where(w)}: {reason}"}, i)
+        return obs, rewards, terminations, truncations, _take_info(infos, ids), ids
+
     def _timeout(self, timeout: float | None) -> float | None:
         return self.step_timeout if timeout is None else timeout
 
@@ -1072,6 +1207,31 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
             f"SubprocessEnvManager({name}, num_envs={self.num_envs}, n_workers={self.n_workers}, "
             f"envs_per_worker={self.envs_per_worker}, context={self.context!r})"
         )
+
+
+def _scatter_tree(dst: Any, rows: np.ndarray, src: Any) -> None:
+    """Copy a batched nest into rows ``rows`` of the shared arrays."""
+    if isinstance(dst, dict):
+        for k, d in dst.items():
+            _scatter_tree(d, rows, src[k])
+    elif isinstance(dst, tuple):
+        for d, s in zip(dst, src, strict=True):
+            _scatter_tree(d, rows, s)
+    else:
+        dst[rows] = src
+
+
+def _take_info(infos: dict[str, Any], rows: np.ndarray) -> dict[str, Any]:
+    """The vector info dict restricted to envs ``rows`` (arrays indexed, nests recursed)."""
+    out: dict[str, Any] = {}
+    for k, v in infos.items():
+        if isinstance(v, dict):
+            out[k] = _take_info(v, rows)
+        elif isinstance(v, np.ndarray):
+            out[k] = v[rows]
+        else:
+            out[k] = v
+    return out
 
 
 def _copy_tree(dst: Any, src: Any) -> None:

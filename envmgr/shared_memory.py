@@ -32,7 +32,6 @@ __all__ = ["fits_shared_memory", "SharedLayout", "SharedBuffers", "tree_map", "S
 SEGMENT_PREFIX = "envmgr_"
 _ALIGN = 64  # a cache line: workers writing neighbouring arrays never share one
 _FIXED = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)
-_ORPHANS: list[shared_memory.SharedMemory] = []
 _TRACK_PARAM = "track" in inspect.signature(shared_memory.SharedMemory).parameters
 
 
@@ -157,7 +156,11 @@ class SharedBuffers:
         self.layout = layout
         self._shm: shared_memory.SharedMemory | None = shm
         self._owner = owner
-        buf = shm.buf
+        # Views take their buffer from the mmap itself, not from ``shm.buf``: a
+        # view made from the memoryview does not stop ``shm.close()`` unmapping
+        # the memory under it (a later read would crash), whereas an export of
+        # the mmap makes close() refuse while any view is alive.
+        buf = getattr(shm, "_mmap", None) or shm.buf
         offset = 0
 
         def place(template: np.ndarray) -> np.ndarray:
@@ -250,10 +253,11 @@ class SharedBuffers:
                 shm.unlink()
             except FileNotFoundError:
                 pass
-        try:
-            shm.close()
-        except BufferError:
-            # Someone still holds a zero-copy view. The name is already gone, so
-            # nothing leaks in /dev/shm; keep the object alive so its __del__ does
-            # not try (and loudly fail) to unmap memory that is still in use.
-            _ORPHANS.append(shm)
+        # numpy keeps a reference to the mmap, not a buffer export, so
+        # ``shm.close()`` would unmap memory that a zero-copy view still points
+        # at. Take the mmap out of the SharedMemory object instead: it is
+        # unmapped when the last array using it is garbage collected (at once,
+        # when nobody holds a view). close() then only releases the descriptor.
+        if getattr(shm, "_mmap", None) is not None:
+            shm._mmap = None  # type: ignore[attr-defined]
+        shm.close()

@@ -41,6 +41,8 @@ __all__ = [
     "DONE",
     "SLEEPING",
     "WAITING",
+    "WAIT_ALL",
+    "WAIT_ANY",
     "KIND_STEP",
     "KIND_PIPE",
     "SHIP_TIMERS",
@@ -51,8 +53,11 @@ __all__ = [
 
 # Columns of a worker's control row.
 CMD, DONE, SLEEPING = 0, 1, 2
-# Column of the parent's row (the last one).
+# Column of the parent's row (the last one), and what it may hold: the parent
+# is not waiting, waits for every worker (a batch step), or for any worker
+# (first-ready stepping).
 WAITING = 0
+NOT_WAITING, WAIT_ALL, WAIT_ANY = 0, 1, 2
 
 KIND_STEP, KIND_PIPE, SHIP_TIMERS = 1, 2, 4
 _KIND_MASK = 7
@@ -182,7 +187,10 @@ class WorkerDoorbell:
         """Publish that step ``seq`` finished; wake the parent if this worker is the last."""
         self.row[DONE] = (seq << 1) | int(has_message)
         fence()
-        if self.parent[WAITING] and bool(np.all((self.control[:-1, DONE] >> 1) == seq)):
+        waiting = self.parent[WAITING]
+        if waiting == WAIT_ANY or (
+            waiting == WAIT_ALL and bool(np.all((self.control[:-1, DONE] >> 1) == seq))
+        ):
             try:
                 os.write(self.wake_fd, b"!")
             except OSError:
@@ -229,21 +237,37 @@ class ParentDoorbell:
         """Which workers sent a :class:`StepResponse` with their last step."""
         return (self.control[:-1, DONE] & 1).astype(bool)  # type: ignore[no-any-return]
 
-    def wait(self, seq: int, poller: select.poll, timeout_ms: int) -> list[tuple[int, int]]:
-        """Sleep until every worker finished ``seq``, an event, or ``timeout_ms``.
+    def done_words(self) -> np.ndarray:
+        """The sequence number each worker last finished."""
+        return self.control[:-1, DONE] >> 1  # type: ignore[no-any-return]
+
+    def wait(
+        self,
+        finished: Callable[[], bool],
+        poller: select.poll,
+        timeout_ms: int,
+        mode: int = WAIT_ALL,
+    ) -> list[tuple[int, int]]:
+        """Sleep until ``finished()``, a poll event, or ``timeout_ms``.
+
+        Args:
+            finished: Re-checked after announcing the wait (no lost wake-up).
+            poller: Poll set holding the wake-up pipe and the worker sentinels.
+            timeout_ms: Longest sleep.
+            mode: ``WAIT_ALL`` (the last worker of a batch wakes us) or
+                ``WAIT_ANY`` (every finishing worker does).
 
         Returns:
-            The poll events (sentinels of dead workers among them); empty when
-            all workers are done.
+            The poll events other than the wake-up pipe (sentinels of dead workers).
         """
         parent = self.parent
-        parent[WAITING] = 1
+        parent[WAITING] = mode
         fence()
-        if self.done(seq).all():
-            parent[WAITING] = 0
+        if finished():
+            parent[WAITING] = NOT_WAITING
             return []
         events = poller.poll(timeout_ms)
-        parent[WAITING] = 0
+        parent[WAITING] = NOT_WAITING
         try:
             while os.read(self.wake_fd, 64):
                 pass

@@ -98,7 +98,14 @@ class ActionChecker:
         def check(x: Any, p: str) -> None:
             a = self._shape_array(x, p, shape, space)
             if a.dtype.kind not in "iub":
-                raise ValueError(f"{p} has dtype {a.dtype}, expected integers for {space}")
+                where = ""
+                if a.dtype.kind == "f" and a.size:
+                    fractional = ~np.isfinite(a) | (a != np.round(a))
+                    first = self._first_bad(fractional) if fractional.any() else 0
+                    where = f"; the action for {self._where(first)} is {a[first].tolist()}"
+                raise ValueError(
+                    f"{p} has dtype {a.dtype}, expected integers for {space}{where}"
+                )
             if scalar:
                 if a.size and (a.min() < lo or a.max() > hi):
                     bad = (a < lo) | (a > hi)
@@ -122,6 +129,15 @@ class ActionChecker:
             a = self._shape_array(x, p, space.shape, space)
             if a.dtype.kind not in "iufb":
                 raise ValueError(f"{p} has dtype {a.dtype}, expected numbers for {space}")
+            if not is_float and a.dtype.kind == "f":
+                # Written into an integer array, 2.5 would become 2 and NaN garbage.
+                fractional = ~np.isfinite(a) | (a != np.round(a))
+                if fractional.any():
+                    i = self._first_bad(fractional)
+                    raise ValueError(
+                        f"{p} has dtype {a.dtype}: the action for {self._where(i)} is "
+                        f"{a[i].tolist()}, not an integer for {space}"
+                    )
             if is_float and a.dtype.kind == "f" and not np.isfinite(a).all():
                 i = self._first_bad(~np.isfinite(a))
                 raise ValueError(f"{p}: the action for {self._where(i)} is {a[i].tolist()}, not finite")

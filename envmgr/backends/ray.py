@@ -1124,7 +1124,9 @@ class RayEnvManager(VectorEnv):  # type: ignore[type-arg]
             or type(err).__name__
         )
         node_alive = self._node_alive(info.node_id) if info.node_id else None
-        how = "its node was lost" if node_alive is False else "it died"
+        if "node has died" in str(err) or isinstance(err, self.ray.exceptions.NodeDiedError):
+            node_alive = False  # Ray said so before its node table caught up
+        how = "was lost with its node" if node_alive is False else "died"
         message = f"{self._where(k)} {how} during {phase}: {reason}"
         return RayActorDiedError(
             message,
@@ -1700,6 +1702,11 @@ class RayEnvManager(VectorEnv):  # type: ignore[type-arg]
     def actor_handles(self) -> list[Any]:
         """The live Ray actor handles, by actor index (for inspection and tests)."""
         return list(self._actors)
+
+    @property
+    def actors_in_flight(self) -> list[int]:
+        """Actors sent a step or reset (:meth:`send` / :meth:`async_reset`) not yet received."""
+        return sorted(self._inflight)
 
     @property
     def restarts(self) -> list[int]:
