@@ -17,6 +17,7 @@ re-raised in the parent as its own type, with the worker's traceback chained as
 
 from __future__ import annotations
 
+import multiprocessing as mp
 from collections.abc import Sequence
 
 from gymnasium import error as gym_error
@@ -95,8 +96,12 @@ class WorkerDiedError(WorkerFailure):
         self.exitcode = exitcode
 
 
-class WorkerTimeoutError(WorkerFailure, TimeoutError):
-    """A worker did not answer within the manager's timeout."""
+class WorkerTimeoutError(WorkerFailure, mp.TimeoutError, TimeoutError):
+    """A worker did not answer within the manager's timeout.
+
+    Also a ``multiprocessing.TimeoutError``, which ``AsyncVectorEnv`` raises, so
+    code written for it catches this too.
+    """
 
 
 class WorkerError(WorkerFailure):

@@ -202,6 +202,14 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
             (default): a failure closes the manager and raises.
         restart_window: Count restarts only within this many seconds (a rate
             limit); ``None`` counts over the manager's lifetime.
+        shared_memory: Accepted for ``AsyncVectorEnv`` compatibility. envmgr
+            always uses shared memory for spaces of fixed shape.
+        daemon: Accepted for ``AsyncVectorEnv`` compatibility; workers are
+            always daemonic (they must not outlive the manager).
+        observation_mode: ``"same"`` (the only mode supported): every env must
+            have the same observation space.
+        worker: ``AsyncVectorEnv``'s custom worker function is not supported;
+            passing one raises ``TypeError``.
     """
 
     def __init__(
@@ -221,8 +229,25 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
         check_actions: bool = True,
         max_restarts: int = 0,
         restart_window: float | None = None,
+        shared_memory: bool = True,
+        daemon: bool = True,
+        observation_mode: str = "same",
+        worker: Callable[..., Any] | None = None,
     ) -> None:
         self.closed = True  # until start-up succeeds; makes close() safe to call early
+        if worker is not None:
+            raise TypeError(
+                "worker= (AsyncVectorEnv's custom worker loop) is not supported: envmgr runs "
+                "its own batched worker loop; wrap the env instead"
+            )
+        if observation_mode != "same":
+            raise ValueError(
+                f"observation_mode={observation_mode!r} is not supported; envmgr batches "
+                "identical observation spaces only ('same')"
+            )
+        if not daemon:
+            raise ValueError("daemon=False is not supported: workers must not outlive the manager")
+        del shared_memory  # always on where the space allows
         self._processes: list[Any] = []
         self._conns: list[Connection] = []
         self._buffers: SharedBuffers | None = None
@@ -761,6 +786,21 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
             if a.gauges and stack is not None:
                 stack.merge_gauges(a.gauges)
 
+    def env_step_seconds(self) -> tuple[np.ndarray, np.ndarray]:
+        """Cumulative seconds inside ``env.step`` and step counts, per env.
+
+        Per-env timings live in two shared arrays rather than in the timer tree,
+        so 1,000 envs cost 16 kB and no tree nodes; the tree holds their sum
+        (``env.step`` under each worker).
+
+        Returns:
+            ``(seconds, steps)``, copies of shape ``(num_envs,)``.
+        """
+        self._check_usable("env_step_seconds")
+        buffers = self._buffers
+        assert buffers is not None
+        return buffers.env_seconds.copy(), buffers.env_steps.copy()
+
     def _flush_timers(self) -> None:
         """Pull every worker's unshipped timings into the current target."""
         if not self._unshipped or self._pending is not None or self.closed:
@@ -1099,11 +1139,21 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         """Call method ``name`` (or read attribute ``name``) on every env; one result per env."""
-        self._check_idle("call")
+        self.call_async(name, *args, **kwargs)
+        return self.call_wait()
+
+    def call_async(self, name: str, *args: Any, **kwargs: Any) -> None:
+        """Send :meth:`call` to the workers without waiting (as ``AsyncVectorEnv``)."""
+        self._check_idle("call_async")
         seq = self._next_seq()
         self._broadcast(lambda w: Call(seq, name, args, kwargs))
+        self._pending = ("call", seq, name)
+
+    def call_wait(self, timeout: float | None = None) -> tuple[Any, ...]:
+        """Wait for the call sent by :meth:`call_async`; one result per env."""
+        seq, name = self._take_pending("call")
         answers: dict[int, CallResponse] = self._gather(
-            range(self.n_workers), seq, self.step_timeout, f"call({name!r})"
+            range(self.n_workers), seq, self._timeout(timeout), f"call({name!r})"
         )
         return tuple(r for w in range(self.n_workers) for r in answers[w].results)
 
