@@ -545,8 +545,7 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
         # milliseconds keeps even a lost one from costing more than that.
         wait_ms = 5
         while True:
-            done = bell.done(seq)
-            pending = {w for w in pending if not done[w]}
+            pending = {w for w in pending if not bell.is_done(w, seq)}
             if not pending:
                 break
             if deadline is not None:
@@ -558,16 +557,16 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
                     pending.clear()
                     break
                 wait_ms = min(wait_ms, int(left * 1000) + 1)
-            for fd, _ in bell.wait(lambda: bool(bell.done(seq).all()), self._poller, wait_ms):
+            for fd, _ in bell.wait(lambda: bell.all_done(seq), self._poller, wait_ms):
                 w = self._sentinel_owner.get(fd)
-                if w is not None and w in pending and not bell.done(seq)[w]:
+                if w is not None and w in pending and not bell.is_done(w, seq):
                     reason = self._exit_reason(w, seq, "step")
                     replaced[w] = self._replace_or_fail(w, reason, False)
                     pending.discard(w)
             wait_ms = min(wait_ms * 2, 100)
         answers: dict[int, Any] = {}
         errors: list[ErrorResponse] = []
-        for w in np.flatnonzero(bell.has_message()).tolist():
+        for w in bell.with_message():
             if w in replaced:
                 continue
             while True:
@@ -1075,11 +1074,11 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
                         replaced[w] = self._replace_or_fail(w, reason, False)
                 wait_ms = min(wait_ms * 2, 100)
         chosen = sorted(got)[:need] if len(got) > need else sorted(got)
-        has_message = bell.has_message()
+        has_message = bell.with_message()
         answers: dict[int, Any] = {}
         for w in chosen:
             seq = self._inflight.pop(w)
-            if w in replaced or not has_message[w]:
+            if w in replaced or w not in has_message:
                 continue
             while True:
                 msg = self._conns[w].recv()

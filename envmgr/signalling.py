@@ -61,6 +61,7 @@ NOT_WAITING, WAIT_ALL, WAIT_ANY = 0, 1, 2
 
 KIND_STEP, KIND_PIPE, SHIP_TIMERS = 1, 2, 4
 _KIND_MASK = 7
+_ROW = 8  # int64 words per control row (one cache line)
 
 _fence_lock = threading.Lock()
 
@@ -104,10 +105,11 @@ class WorkerDoorbell:
         parent_alive: Callable[[], bool],
         liveness: float = 0.25,
     ) -> None:
-        self.control = control
-        self.row = control[worker_index]
+        # Plain memoryviews: reading one word costs half what numpy indexing does.
+        self.row = memoryview(control[worker_index])
+        self.words = memoryview(control.reshape(-1))
         self.n_workers = control.shape[0] - 1
-        self.parent = control[-1]
+        self.parent = memoryview(control[-1])
         self.conn = conn
         self.wake_fd = wake_fd
         self.spin_seconds = spin_seconds
@@ -183,14 +185,16 @@ class WorkerDoorbell:
         if seq > self.last_seq:
             self.last_seq = seq
 
+    def _all_done(self, seq: int) -> bool:
+        words = self.words
+        return all(words[w * _ROW + DONE] >> 1 == seq for w in range(self.n_workers))
+
     def step_done(self, seq: int, has_message: bool) -> None:
         """Publish that step ``seq`` finished; wake the parent if this worker is the last."""
         self.row[DONE] = (seq << 1) | int(has_message)
         fence()
         waiting = self.parent[WAITING]
-        if waiting == WAIT_ANY or (
-            waiting == WAIT_ALL and bool(np.all((self.control[:-1, DONE] >> 1) == seq))
-        ):
+        if waiting == WAIT_ANY or (waiting == WAIT_ALL and self._all_done(seq)):
             try:
                 os.write(self.wake_fd, b"!")
             except OSError:
@@ -208,38 +212,46 @@ class ParentDoorbell:
 
     def __init__(self, control: np.ndarray, conns: list[Connection], wake_fd: int) -> None:
         self.control = control
+        self.words = memoryview(control.reshape(-1))
         self.n_workers = control.shape[0] - 1
-        self.parent = control[-1]
+        self.parent = memoryview(control[-1])
         self.conns = conns
         self.wake_fd = wake_fd
 
     def announce(self, workers: range | list[int], seq: int, kind: int) -> None:
         """Store the command word for each worker and ring those that sleep."""
-        control = self.control
+        words = self.words
         word = encode_command(seq, kind)
         for w in workers:
-            control[w, CMD] = word
+            words[w * _ROW + CMD] = word
         fence()
         if kind & KIND_PIPE:
             return  # the pipe message itself wakes a sleeping worker
         for w in workers:
-            if control[w, SLEEPING]:
+            if words[w * _ROW + SLEEPING]:
                 try:
                     self.conns[w].send_bytes(b"")
                 except OSError:
                     pass  # a dead worker is reported by the wait, with its exit code
 
-    def done(self, seq: int) -> np.ndarray:
-        """Which workers have finished step ``seq`` (bool per worker)."""
-        return (self.control[:-1, DONE] >> 1) == seq  # type: ignore[no-any-return]
+    def is_done(self, w: int, seq: int) -> bool:
+        """Whether worker ``w`` finished step ``seq``."""
+        return self.words[w * _ROW + DONE] >> 1 == seq  # type: ignore[no-any-return]
 
-    def has_message(self) -> np.ndarray:
-        """Which workers sent a :class:`StepResponse` with their last step."""
-        return (self.control[:-1, DONE] & 1).astype(bool)  # type: ignore[no-any-return]
+    def all_done(self, seq: int) -> bool:
+        """Whether every worker finished step ``seq``."""
+        words = self.words
+        return all(words[w * _ROW + DONE] >> 1 == seq for w in range(self.n_workers))
 
-    def done_words(self) -> np.ndarray:
+    def done_words(self) -> list[int]:
         """The sequence number each worker last finished."""
-        return self.control[:-1, DONE] >> 1  # type: ignore[no-any-return]
+        words = self.words
+        return [words[w * _ROW + DONE] >> 1 for w in range(self.n_workers)]
+
+    def with_message(self) -> list[int]:
+        """The workers that sent a :class:`StepResponse` with their last step."""
+        words = self.words
+        return [w for w in range(self.n_workers) if words[w * _ROW + DONE] & 1]
 
     def wait(
         self,

@@ -94,6 +94,7 @@ class ActionChecker:
     def _integer_leaf(self, space: gym.Space[Any], shape: tuple[int, ...], low: Any, high: Any) -> _LeafCheck:
         lo, hi = np.asarray(low), np.asarray(high)
         scalar = lo.ndim == 0 and hi.ndim == 0
+        span = int(hi - lo) if scalar else 0
 
         def check(x: Any, p: str) -> None:
             a = self._shape_array(x, p, shape, space)
@@ -107,10 +108,18 @@ class ActionChecker:
                     f"{p} has dtype {a.dtype}, expected integers for {space}{where}"
                 )
             if scalar:
-                if a.size and (a.min() < lo or a.max() > hi):
-                    bad = (a < lo) | (a > hi)
-                else:
+                if not a.size:
                     return
+                if a.dtype.kind == "i":
+                    # One reduction instead of min() and max(): shifted to start at
+                    # 0 and read as unsigned, a value below the range wraps to a
+                    # huge one, so max() alone finds both kinds of offender.
+                    shifted = a - lo if lo else a
+                    if shifted.view(f"u{a.dtype.itemsize}").max() <= span:
+                        return
+                elif a.min() >= lo and a.max() <= hi:
+                    return
+                bad = (a < lo) | (a > hi)
             else:
                 bad = (a < lo) | (a > hi)
                 if not bad.any():
