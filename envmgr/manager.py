@@ -796,13 +796,14 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
             ``(seconds, steps)``, copies of shape ``(num_envs,)``.
         """
         self._check_usable("env_step_seconds")
+        self._flush_timers()  # workers publish per-env times when their tree ships
         buffers = self._buffers
         assert buffers is not None
         return buffers.env_seconds.copy(), buffers.env_steps.copy()
 
     def _flush_timers(self) -> None:
         """Pull every worker's unshipped timings into the current target."""
-        if not self._unshipped or self._pending is not None or self.closed:
+        if not self._unshipped or self._pending is not None or self._inflight or self.closed:
             return
         seq = self._next_seq()
         self._broadcast(lambda w: FlushTimers(seq))

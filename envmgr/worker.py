@@ -111,7 +111,11 @@ class _Worker:
         self._rew: list[Any] = [0.0] * self.n
         self._term: list[Any] = [False] * self.n
         self._trunc: list[Any] = [False] * self.n
-        self._dt: list[float] = [0.0] * self.n
+        # Per-env step seconds and counts, written to shared memory when the
+        # timer tree ships rather than every step.
+        self._env_sec: list[float] = [0.0] * self.n
+        self._env_cnt: list[int] = [0] * self.n
+        self._discrete_actions = isinstance(envs[0].action_space, gym.spaces.Discrete)
         self.mode = config.autoreset_mode
         self.single_obs_space = envs[0].observation_space
         self.local_action_space = batch_space(envs[0].action_space, self.n)
@@ -166,68 +170,83 @@ class _Worker:
 
     def step(self, cmd: Step) -> StepResponse:
         t_start = perf_counter()
-        n = self.n
         if cmd.actions is not None:
             actions: Any = cmd.actions
         else:
-            # A private copy: an env may keep a reference to its action, and the
-            # parent overwrites the shared array on the next step.
-            actions = list(iterate(self.local_action_space, tree_map(np.array, self.views["actions"])))
+            actions = self._read_actions()
         envs, mode, autoreset = self.envs, self.mode, self.autoreset
-        obs_list, rewards, terms, truncs, env_dt = self._obs, self._rew, self._term, self._trunc, self._dt
+        obs_list, rewards, terms, truncs = self._obs, self._rew, self._term, self._trunc
+        env_sec, env_cnt = self._env_sec, self._env_cnt
         infos: list[tuple[int, dict[str, Any]]] = []
         t_env = t_reset = 0.0
         n_resets = 0
+        i = 0
         # Results go into plain lists and are written to shared memory once per
-        # batch: one numpy assignment per array instead of one per env.
-        for i in range(n):
-            env = envs[i]
-            self.current_env = i
-            if autoreset[i] and mode == _NEXT_STEP:
-                t0 = perf_counter()
-                obs, info = env.reset()
-                t_reset += perf_counter() - t0
-                n_resets += 1
-                reward, term, trunc = 0.0, False, False
-                env_dt[i] = 0.0
-            else:
-                if autoreset[i] and mode == _DISABLED:
-                    raise RuntimeError(
-                        f"env {self.env_index(i)} finished its episode and autoreset_mode is "
-                        "'Disabled': reset it (reset(options={'reset_mask': ...})) before stepping"
-                    )
+        # batch: one numpy assignment per array instead of one per env. The loop
+        # body is kept lean on purpose: it runs once per env step.
+        try:
+            for i in range(self.n):
+                env = envs[i]
+                if autoreset[i]:
+                    if mode == _NEXT_STEP:
+                        t0 = perf_counter()
+                        obs, info = env.reset()
+                        t_reset += perf_counter() - t0
+                        n_resets += 1
+                        obs_list[i], rewards[i], terms[i], truncs[i] = obs, 0.0, False, False
+                        autoreset[i] = False
+                        if info:
+                            infos.append((i, info))
+                        continue
+                    if mode == _DISABLED:
+                        raise RuntimeError(
+                            f"env {self.env_index(i)} finished its episode and autoreset_mode "
+                            "is 'Disabled': reset it (reset(options={'reset_mask': ...})) "
+                            "before stepping it again"
+                        )
                 t0 = perf_counter()
                 obs, reward, term, trunc, info = env.step(actions[i])
                 dt = perf_counter() - t0
                 t_env += dt
-                env_dt[i] = dt
-                if mode == _SAME_STEP and (term or trunc):
+                env_sec[i] += dt
+                env_cnt[i] += 1
+                if (term or trunc) and mode == _SAME_STEP:
                     t0 = perf_counter()
                     final = {"final_obs": obs, "final_info": info}
                     obs, info = env.reset()
                     info = {**info, **final} if info else final
                     t_reset += perf_counter() - t0
                     n_resets += 1
-            obs_list[i] = obs
-            rewards[i] = reward
-            terms[i] = term
-            truncs[i] = trunc
-            autoreset[i] = term or trunc
-            if info:
-                infos.append((i, info))
-        self.current_env = None
+                    term_or_trunc = False
+                else:
+                    term_or_trunc = term or trunc
+                obs_list[i], rewards[i], terms[i], truncs[i] = obs, reward, term, trunc
+                autoreset[i] = term_or_trunc
+                if info:
+                    infos.append((i, info))
+        except BaseException:
+            self.current_env = i
+            raise
         obs_out = self._publish(obs_list, rewards, terms, truncs)
-        stepped = n - n_resets if mode == _NEXT_STEP else n
-        views = self.views
-        if views:
-            views["env_seconds"] += env_dt
-            views["env_steps"] += np.asarray(env_dt) > 0.0 if mode == _NEXT_STEP else 1
         timers = self.timers
-        timers.step_env.add_time(t_env, stepped)
+        timers.step_env.add_time(t_env, self.n - n_resets if mode == _NEXT_STEP else self.n)
         if n_resets:
             timers.step_autoreset.add_time(t_reset, n_resets)
         timers.step.add_time(perf_counter() - t_start)
         return self._response(cmd.seq, tuple(infos), obs_out, cmd.ship_timers)
+
+    def _read_actions(self) -> list[Any]:
+        """This worker's actions from shared memory, one per env, as private copies.
+
+        Copies, because an env may keep its action and the parent overwrites the
+        shared array on the next step. Discrete actions become Python ints (one
+        ``tolist`` instead of a numpy scalar per env); gymnasium's ``iterate``
+        splits everything else exactly as ``SyncVectorEnv`` does.
+        """
+        view = self.views["actions"]
+        if self._discrete_actions:
+            return view.tolist()  # type: ignore[no-any-return]
+        return list(iterate(self.local_action_space, tree_map(np.array, view)))
 
     def _publish(
         self, obs_list: list[Any], rewards: list[Any], terms: list[Any], truncs: list[Any]
@@ -305,6 +324,10 @@ class _Worker:
         root = gauges = None
         if ship_timers:
             root, gauges = self.timers.take()
+            views = self.views
+            if views:
+                views["env_seconds"][:] = self._env_sec
+                views["env_steps"][:] = self._env_cnt
         return StepResponse(self.config.worker_index, seq, infos, observations, root, gauges)
 
     current_env: int | None = None
