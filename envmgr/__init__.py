@@ -21,6 +21,7 @@ from envmgr.errors import (
     WorkerFailure,
     WorkerTimeoutError,
 )
+from envmgr.make import make
 from envmgr.manager import SubprocessEnvManager, default_start_method
 from envmgr.messages import StepResponse
 
@@ -28,6 +29,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "SubprocessEnvManager",
+    "make",
     "StepResponse",
     "default_start_method",
     "timers",

@@ -1,20 +1,46 @@
-"""The ``envmgr`` command line (also ``python -m envmgr``)."""
+"""The ``envmgr`` command line (also ``python -m envmgr``).
+
+Commands:
+
+* ``envmgr demo`` - step an env in worker processes, print throughput and the merged timers.
+* ``envmgr timers show|fold|plot|workers FILE`` - read a ``timers.json`` (ours or ML-Agents')
+  and print it as a table, write folded stacks for flame-graph tools, draw an icicle chart,
+  or summarise the worker processes.
+
+Exit codes: 0 success, 1 a file that cannot be read / is not a timer tree / cannot be
+written (with a one-line message on stderr), 2 wrong usage.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Sequence
+from typing import Any
 
 __all__ = ["main"]
+
+EXIT_OK, EXIT_BAD_FILE, EXIT_USAGE = 0, 1, 2
+
+
+class _CommandError(Exception):
+    """A failure to report as one line on stderr with exit code 1."""
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+# ------------------------------------------------------------------ demo
 
 
 def _demo(args: argparse.Namespace) -> int:
     import gymnasium as gym
 
     from envmgr import SubprocessEnvManager, timers
-    from envmgr.timer_format import format_tree
+    from envmgr.timer_format import format_tree, worker_summary
 
     env_id = args.env
     timers.reset_timers()
@@ -43,55 +69,318 @@ def _demo(args: argparse.Namespace) -> int:
             elapsed = time.perf_counter() - start
         tree = timers.get_timer_tree()
     env_steps = steps * envs.num_envs
-    print(f"{steps} batch steps, {env_steps} env steps in {elapsed:.2f} s: "
-          f"{env_steps / elapsed:,.0f} env-steps/s ({steps / elapsed:,.0f} batches/s)")
+    print(
+        f"{steps} batch steps, {env_steps} env steps in {elapsed:.2f} s: "
+        f"{env_steps / elapsed:,.0f} env-steps/s ({steps / elapsed:,.0f} batches/s)"
+    )
     print()
     print(format_tree(tree, max_depth=args.depth))
+    print()
+    print(worker_summary(tree))
     if args.timers_json:
         import json
 
-        with open(args.timers_json, "w") as f:
-            json.dump(tree, f, indent=4)
+        try:
+            with open(args.timers_json, "w", encoding="utf-8") as f:
+                json.dump(tree, f, indent=4)
+        except OSError as exc:
+            raise _CommandError(f"cannot write {args.timers_json}: {exc.strerror or exc}") from None
         print(f"\ntimer tree written to {args.timers_json}")
-    return 0
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------ timers FILE
+
+
+def _load(path: str) -> dict[str, Any]:
+    from envmgr.timer_format import TimerTreeError, load_tree
+
+    try:
+        return load_tree(path)
+    except TimerTreeError as exc:
+        raise _CommandError(_one_line(exc)) from None
+
+
+def _write_text(text: str, out: str | None) -> None:
+    if out is None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    try:
+        with open(out, "w", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as exc:
+        raise _CommandError(f"cannot write {out}: {exc.strerror or exc}") from None
+
+
+def _timers_show(args: argparse.Namespace) -> int:
+    from envmgr.timer_format import format_tree
+
+    tree = _load(args.file)
+    _write_text(
+        format_tree(tree, max_depth=args.depth, min_share=args.min_share, show_empty=args.all)
+        + "\n",
+        None,
+    )
+    return EXIT_OK
+
+
+def _timers_fold(args: argparse.Namespace) -> int:
+    from envmgr.timer_format import folded_stacks
+
+    tree = _load(args.file)
+    text = folded_stacks(tree, root_name=args.root_name, keep_worker_root=args.keep_worker_root)
+    _write_text(text, args.output)
+    if args.output is not None:
+        n = text.count("\n")
+        print(
+            f"{n} folded stacks written to {args.output} (microseconds of self time); open it in "
+            "https://www.speedscope.app or pipe it to flamegraph.pl / inferno-flamegraph"
+        )
+    return EXIT_OK
+
+
+def _timers_plot(args: argparse.Namespace) -> int:
+    from envmgr.timer_plot import plot_icicle
+
+    tree = _load(args.file)
+    try:
+        plot_icicle(
+            tree,
+            args.output,
+            title=args.title or f"{os.path.basename(args.file)}",
+            max_depth=args.depth,
+            keep_worker_root=args.keep_worker_root,
+        )
+    except ImportError as exc:
+        raise _CommandError(_one_line(exc)) from None
+    except OSError as exc:
+        raise _CommandError(f"cannot write {args.output}: {exc.strerror or exc}") from None
+    except ValueError as exc:  # e.g. an unknown image format, or a tree with no time in it
+        raise _CommandError(f"cannot plot {args.file} to {args.output}: {_one_line(exc)}") from None
+    print(f"icicle chart written to {args.output}")
+    return EXIT_OK
+
+
+def _timers_workers(args: argparse.Namespace) -> int:
+    from envmgr.timer_format import worker_summary
+
+    _write_text(worker_summary(_load(args.file)) + "\n", None)
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------ bench (not here)
+
+
+def _bench(args: argparse.Namespace) -> int:
+    # TODO(benchmarks owner): `envmgr bench` is deliberately not implemented in the CLI; the
+    # benchmarks live in benchmarks/throughput.py and are owned separately. Replace this stub
+    # once that script exposes an entry point to call from here.
+    print(
+        "envmgr bench is not available from the CLI yet: run python benchmarks/throughput.py",
+        file=sys.stderr,
+    )
+    return EXIT_USAGE
+
+
+# ------------------------------------------------------------------ parser
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a fraction like 0.01, got {text!r}") from None
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"must be a fraction in [0, 1), got {value}")
+    return value
+
+
+_FILE_HELP = "a timers.json written by envmgr or ML-Agents ('-' reads standard input)"
+
+
+def _add_timers_parsers(sub: Any) -> None:
+    timers_parser = sub.add_parser(
+        "timers",
+        help="read a timers.json: show it, fold it for flame graphs, plot it, summarise workers",
+        description="Read a timer tree (a timers.json written by envmgr.timers or by Unity "
+        "ML-Agents) and present it. Exit codes: 0 ok, 1 unreadable file or not a timer tree "
+        "(one line on stderr), 2 usage error.",
+    )
+    timers_parser.set_defaults(func=None, parser=timers_parser)
+    tsub = timers_parser.add_subparsers(dest="timers_command", metavar="ACTION")
+
+    show = tsub.add_parser(
+        "show",
+        help="print the tree as a table (total, count, self, %% of parent, per call) and gauges",
+        description="Print the timer tree as an indented table: total, call count, self time, "
+        "share of the parent and mean per call; parallel (worker) timers are marked ||. The "
+        "root's gauges follow.",
+    )
+    show.add_argument("file", metavar="FILE", help=_FILE_HELP)
+    show.add_argument(
+        "--depth",
+        type=_non_negative_int,
+        default=None,
+        metavar="N",
+        help="print only down to depth N (root = 0)",
+    )
+    show.add_argument(
+        "--min-share",
+        type=_fraction,
+        default=None,
+        metavar="F",
+        help="fold children below this fraction of their parent (e.g. 0.01) into one line",
+    )
+    show.add_argument("--all", action="store_true", help="also list timers that were never entered")
+    show.set_defaults(func=_timers_show)
+
+    fold = tsub.add_parser(
+        "fold",
+        help="write folded stacks (self time per path, µs) for speedscope / flamegraph.pl",
+        description="Write one 'a;b;c <microseconds>' line per timer path with its self time: "
+        "the folded-stacks format read by speedscope, flamegraph.pl and inferno. worker_root is "
+        "left out where worker_<i> timers exist (it is their sum).",
+    )
+    fold.add_argument("file", metavar="FILE", help=_FILE_HELP)
+    fold.add_argument(
+        "-o", "--output", metavar="OUT", default=None, help="write here instead of stdout"
+    )
+    fold.add_argument(
+        "--root-name", metavar="NAME", default=None, help="name of the outermost frame"
+    )
+    fold.add_argument(
+        "--keep-worker-root",
+        action="store_true",
+        help="also emit worker_root (counts every worker's time twice)",
+    )
+    fold.set_defaults(func=_timers_fold)
+
+    plot = tsub.add_parser(
+        "plot",
+        help="draw an icicle (flame) chart as a PNG (needs matplotlib: envmgr[plot])",
+        description="Draw the timer tree as an icicle chart: the root spans the width, children "
+        "sit below their parent, as wide as their time. Worker timers are blue; where they add "
+        "up to more than their parent they are shrunk to fit, labels keep the real totals. "
+        'Needs matplotlib: pip install "envmgr[plot]".',
+    )
+    plot.add_argument("file", metavar="FILE", help=_FILE_HELP)
+    plot.add_argument(
+        "-o",
+        "--output",
+        metavar="OUT.png",
+        required=True,
+        help="image to write; the extension picks the format (.png, .svg, .pdf)",
+    )
+    plot.add_argument("--title", default=None, help="chart title (default: the file name)")
+    plot.add_argument(
+        "--depth",
+        type=_non_negative_int,
+        default=None,
+        metavar="N",
+        help="draw rows down to depth N only",
+    )
+    plot.add_argument(
+        "--keep-worker-root", action="store_true", help="draw worker_root beside worker_<i>"
+    )
+    plot.set_defaults(func=_timers_plot)
+
+    workers = tsub.add_parser(
+        "workers",
+        help="per-worker time: env calls vs waiting vs transfer, and the straggler",
+        description="Summarise each worker_<i> found in the tree: time in env calls, waiting "
+        "for commands, and moving results (send_response plus the self time of step/reset), "
+        "then name the worker with the most env time against the median.",
+    )
+    workers.add_argument("file", metavar="FILE", help=_FILE_HELP)
+    workers.set_defaults(func=_timers_workers)
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="envmgr",
         description="Vectorized gymnasium envs in worker processes, with merged timer trees.",
+        epilog="Exit codes: 0 ok, 1 bad input file (one-line message), 2 usage error.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     demo = sub.add_parser(
         "demo",
         help="step real envs in worker processes; print throughput and the merged timer tree",
-        description="Step an env in worker processes for a few seconds, then print env-steps/s "
-        "and the merged timer tree of the parent and every worker.",
+        description="Step an env in worker processes for a few seconds, then print env-steps/s, "
+        "the merged timer tree of the parent and every worker, and a per-worker summary.",
     )
-    demo.add_argument("--env", default="CartPole-v1", help="gymnasium env id (default: %(default)s)")
-    demo.add_argument("--workers", type=int, default=2, help="worker processes (default: %(default)s)")
+    demo.add_argument(
+        "--env", default="CartPole-v1", help="gymnasium env id (default: %(default)s)"
+    )
+    demo.add_argument(
+        "--workers", type=int, default=2, help="worker processes (default: %(default)s)"
+    )
     demo.add_argument(
         "--envs-per-worker", type=int, default=16, help="envs per worker (default: %(default)s)"
     )
-    demo.add_argument("--seconds", type=float, default=3.0, help="how long to step (default: %(default)s)")
     demo.add_argument(
-        "--context", choices=["fork", "forkserver", "spawn"], default=None,
+        "--seconds", type=float, default=3.0, help="how long to step (default: %(default)s)"
+    )
+    demo.add_argument(
+        "--context",
+        choices=["fork", "forkserver", "spawn"],
+        default=None,
         help="start method (default: forkserver where available)",
     )
-    demo.add_argument("--depth", type=int, default=None, help="print the tree only to this depth")
-    demo.add_argument("--timers-json", metavar="PATH", help="also write the timer tree as JSON here")
+    demo.add_argument(
+        "--depth", type=_non_negative_int, default=None, help="print the tree only to this depth"
+    )
+    demo.add_argument(
+        "--json",
+        "--timers-json",
+        dest="timers_json",
+        metavar="PATH",
+        help="also write the timer tree as JSON here (read it back with 'envmgr timers')",
+    )
     demo.set_defaults(func=_demo)
+
+    _add_timers_parsers(sub)
+
+    bench = sub.add_parser(
+        "bench",
+        help="not here yet: run python benchmarks/throughput.py",
+        description="Not implemented in the CLI: run python benchmarks/throughput.py.",
+    )
+    bench.set_defaults(func=_bench)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the process exit code."""
     parser = _parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help(sys.stderr)
-        return 2
-    return int(args.func(args))
+    args, extra = parser.parse_known_args(argv)
+    if extra and getattr(args, "func", None) is not _bench:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")  # exits with code 2
+    func = getattr(args, "func", None)
+    if func is None:
+        # `envmgr` or `envmgr timers` without an action: show what there is to choose from.
+        getattr(args, "parser", parser).print_help(sys.stderr)
+        return EXIT_USAGE
+    try:
+        return int(func(args))
+    except _CommandError as exc:
+        print(f"envmgr: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_FILE
+    except BrokenPipeError:
+        # Output piped into `head` and the like: stop quietly, as other command line tools do.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BAD_FILE
 
 
 if __name__ == "__main__":

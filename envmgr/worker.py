@@ -464,6 +464,13 @@ def worker_main(conn: Connection, wake: Connection, config: WorkerConfig) -> Non
         return
 
     first = envs[0]
+    spec = first.spec
+    try:
+        pickle.dumps(spec)
+    except Exception:
+        # A spec carrying a lambda (a wrapper's argument, say) only cloudpickle
+        # could carry; the parent uses the spec for its repr alone.
+        spec = None
     ready = Ready(
         config.worker_index,
         os.getpid(),
@@ -471,7 +478,7 @@ def worker_main(conn: Connection, wake: Connection, config: WorkerConfig) -> Non
         first.action_space,
         dict(first.metadata),
         first.render_mode,
-        first.spec,
+        spec,
     )
     if not _send(conn, config, ready, "start"):
         _close_envs(envs)
