@@ -7,6 +7,8 @@ training loop and, beneath it, where every worker spent its time.
 
 from __future__ import annotations
 
+from typing import Any
+
 from envmgr import timers
 from envmgr.errors import (
     AlreadyPendingCallError,
@@ -29,6 +31,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "SubprocessEnvManager",
+    "RayEnvManager",
     "make",
     "StepResponse",
     "default_start_method",
@@ -46,3 +49,13 @@ __all__ = [
     "RemoteTraceback",
     "__version__",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # RayEnvManager is exported lazily: `import envmgr` must not import Ray, an
+    # optional extra (pip install "envmgr[ray]").
+    if name == "RayEnvManager":
+        from envmgr.backends.ray import RayEnvManager
+
+        return RayEnvManager
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

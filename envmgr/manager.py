@@ -434,8 +434,11 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
             seq = cmd.seq
             try:
                 self._conns[w].send(cmd)
-            except (BrokenPipeError, ConnectionResetError, OSError) as exc:
-                self._fail(w, f"could not send to it ({exc})", False)
+            except (BrokenPipeError, ConnectionResetError, OSError):
+                # The worker is dead. The wait that follows sees its sentinel and
+                # replaces it under the restart policy, or raises naming its exit
+                # code or signal; failing here would bypass both.
+                pass
         bell = getattr(self, "_bell", None)
         if bell is not None and seq is not None:
             # A worker spinning on its command word looks there, not at the pipe.
@@ -541,6 +544,7 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
         deadline = None if timeout is None else monotonic() + timeout
         pending = set(range(self.n_workers))
         replaced: dict[int, str] = {}
+        fresh: dict[int, StepResponse] = {}  # the replacements' reset answers
         # Wake-ups are not lost (see envmgr.signalling), but re-checking every few
         # milliseconds keeps even a lost one from costing more than that.
         wait_ms = 5
@@ -553,7 +557,8 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
                 if left <= 0:
                     for w in sorted(pending):
                         reason = f"it did not answer step within {timeout} s"
-                        replaced[w] = self._replace_or_fail(w, reason, True)
+                        fresh[w] = self._replace_or_fail(w, reason, True)
+                        replaced[w] = reason
                     pending.clear()
                     break
                 wait_ms = min(wait_ms, int(left * 1000) + 1)
@@ -561,10 +566,11 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
                 w = self._sentinel_owner.get(fd)
                 if w is not None and w in pending and not bell.is_done(w, seq):
                     reason = self._exit_reason(w, seq, "step")
-                    replaced[w] = self._replace_or_fail(w, reason, False)
+                    fresh[w] = self._replace_or_fail(w, reason, False)
+                    replaced[w] = reason
                     pending.discard(w)
             wait_ms = min(wait_ms * 2, 100)
-        answers: dict[int, Any] = {}
+        answers: dict[int, Any] = dict(fresh)
         errors: list[ErrorResponse] = []
         for w in bell.with_message():
             if w in replaced:
@@ -609,12 +615,18 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
             how = f"exited with code {code}"
         return f"it {how} during {phase}"
 
-    def _replace_or_fail(self, w: int, reason: str, timed_out: bool, reset: Reset | None = None) -> str:
-        """Replace worker ``w`` under the restart policy, or raise its failure."""
+    def _replace_or_fail(
+        self, w: int, reason: str, timed_out: bool, reset: Reset | None = None
+    ) -> StepResponse:
+        """Replace worker ``w`` under the restart policy, or raise its failure.
+
+        Returns:
+            The replacement's answer to its reset (its infos, and its observations
+            when they travel pickled).
+        """
         if self.max_restarts <= 0:
             self._fail(w, reason, timed_out)
-        self._restart(w, reason, reset)
-        return reason
+        return self._restart(w, reason, reset)
 
     def _fail(self, w: int, reason: str, timed_out: bool) -> None:
         """Raise the failure of worker ``w`` after closing the manager."""
@@ -632,6 +644,19 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
             BrokenWorkerError: The worker has used up ``max_restarts`` (within
                 ``restart_window`` seconds, when set); the manager is closed.
         """
+        while True:
+            answer, failure = self._restart_once(w, reason, reset)
+            self.restarts[w] += 1
+            if failure is None:
+                return answer  # type: ignore[return-value]
+            # The replacement died or hung before it was ready (killed by the OOM
+            # killer, say): one more failure of this worker, under the same budget.
+            reason = f"its replacement {failure}"
+
+    def _restart_once(
+        self, w: int, reason: str, reset: Reset | None
+    ) -> tuple[StepResponse | None, str | None]:
+        """One replacement attempt: ``(answer, None)``, or ``(None, why)`` if the new process was lost."""
         now = monotonic()
         history = self._restart_times[w]
         if self.restart_window is not None:
@@ -645,6 +670,11 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
             self._break(message)
             raise BrokenWorkerError(message, w, self._env_range(w))
         history.append(now)
+        failures: list[str] = []
+
+        def lost(_w: int, why: str, timed_out: bool) -> None:
+            failures.append(why)
+
         with timers.hierarchical_timer(f"restart_worker_{w}", self._timer_stack):
             old = self._processes[w]
             if old.is_alive():
@@ -667,7 +697,9 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
                 pass
             self._poller.register(proc.sentinel, select.POLLIN)
             self._sentinel_owner[proc.sentinel] = w
-            ready: Ready = self._gather([w], -1, self.start_timeout, "restart")[w]
+            ready = self._gather([w], -1, self.start_timeout, "restart", lost).get(w)
+            if failures:
+                return None, failures[0]
             self.worker_pids[w] = ready.pid
             seq = self._next_seq()
             if reset is None:
@@ -677,11 +709,15 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
                 cmd = Reset(seq, (None,) * self.envs_per_worker, None, None, False, next_step)
             else:  # cut mid-reset: carry out the reset that was asked for
                 cmd = Reset(seq, reset.seeds, reset.options, reset.mask, False)
-            self._conns[w].send(cmd)
+            try:
+                self._conns[w].send(cmd)
+            except OSError:
+                pass  # died already: the wait below reports how
             self._bell.announce([w], seq, KIND_PIPE)
-            answer: StepResponse = self._gather([w], seq, self.start_timeout, "restart reset")[w]
-        self.restarts[w] += 1
-        return answer
+            answer = self._gather([w], seq, self.start_timeout, "restart reset", lost).get(w)
+            if failures:
+                return None, failures[0]
+        return answer, None
 
     def _break(self, reason: str) -> None:
         """Mark the manager unusable and release every resource it holds."""
@@ -957,8 +993,8 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
                 replaced = {}
 
                 def on_lost(w: int, reason: str, timed_out: bool) -> StepResponse:
-                    replaced[w] = self._replace_or_fail(w, reason, timed_out)
-                    return StepResponse(w, seq)
+                    replaced[w] = reason
+                    return self._replace_or_fail(w, reason, timed_out)
 
                 answers = self._gather(range(self.n_workers), seq, wait, "step", on_lost)
         obs, buffers = self._collect(answers, ship)
@@ -1012,14 +1048,16 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
             raise ValueError(f"{self._where(busy[0])} already has a step in flight: recv() it first")
         buffers = self._buffers
         assert buffers is not None
-        if buffers.actions is None:
-            raise ValueError("send/recv needs an action space that fits shared memory")
+        if buffers.actions is None or buffers.observations is None:
+            raise ValueError(
+                "send/recv needs observation and action spaces that fit shared memory"
+            )
         if self.check_actions:
             checker = self._sub_checkers.get(len(ids))
             if checker is None:
                 checker = ActionChecker(self.single_action_space, len(ids), e)
                 self._sub_checkers[len(ids)] = checker
-            checker.check(actions)
+            checker.check(actions, ids)
         _scatter_tree(buffers.actions, ids, actions)
         seq = self._next_seq()
         self._bell.announce(workers, seq, KIND_STEP)
@@ -1056,25 +1094,42 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
             return [w for w, s in self._inflight.items() if words[w] == s] + list(replaced)
 
         wait_ms = 5
+        muted: list[int] = []
         with timers.hierarchical_timer("workers", self._timer_stack):
-            while len(got := ready()) < need:
-                if deadline is not None:
-                    left = deadline - monotonic()
-                    if left <= 0:
-                        late = [w for w in self._inflight if w not in got]
-                        for w in late[: need - len(got)]:
-                            reason = f"it did not answer step within {timeout} s"
-                            replaced[w] = self._replace_or_fail(w, reason, True)
-                        continue
-                    wait_ms = min(wait_ms, int(left * 1000) + 1)
-                events = bell.wait(lambda: len(ready()) >= need, self._poller, wait_ms, WAIT_ANY)
-                for fd, _ in events:
-                    w = self._sentinel_owner.get(fd)
-                    if w is not None and w in self._inflight and w not in ready():
-                        reason = self._exit_reason(w, self._inflight[w], "step")
-                        replaced[w] = self._replace_or_fail(w, reason, False)
-                wait_ms = min(wait_ms * 2, 100)
-        chosen = sorted(got)[:need] if len(got) > need else sorted(got)
+            try:
+                while len(got := ready()) < need:
+                    if deadline is not None:
+                        left = deadline - monotonic()
+                        if left <= 0:
+                            late = [w for w in self._inflight if w not in got]
+                            for w in late[: need - len(got)]:
+                                reason = f"it did not answer step within {timeout} s"
+                                self._replace_or_fail(w, reason, True)
+                                replaced[w] = reason
+                            continue
+                        wait_ms = min(wait_ms, int(left * 1000) + 1)
+                    events = bell.wait(lambda: len(ready()) >= need, self._poller, wait_ms, WAIT_ANY)
+                    for fd, _ in events:
+                        w = self._sentinel_owner.get(fd)
+                        if w is not None and w not in self._inflight:
+                            # Died while idle: the next send to it deals with it. Stop
+                            # polling its sentinel meanwhile, or poll() returns at once
+                            # and this loop spins.
+                            self._poller.unregister(fd)
+                            muted.append(fd)
+                        elif w is not None and w not in ready():
+                            reason = self._exit_reason(w, self._inflight[w], "step")
+                            self._replace_or_fail(w, reason, False)
+                            replaced[w] = reason
+                    wait_ms = min(wait_ms * 2, 100)
+            finally:
+                if not self.closed:
+                    for fd in muted:
+                        self._poller.register(fd, select.POLLIN)
+        # First come, first served: the steps sent earliest (lowest seq) first, so a
+        # finished worker is never passed over for one sent after it.
+        by_age = sorted(got, key=lambda w: (self._inflight[w], w))
+        chosen = sorted(by_age[:need])
         has_message = bell.with_message()
         answers: dict[int, Any] = {}
         for w in chosen:

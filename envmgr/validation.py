@@ -35,13 +35,27 @@ class ActionChecker:
         self.envs_per_worker = envs_per_worker
         self._check = self._compile(space, "actions")
 
-    def check(self, actions: Any) -> None:
-        """Raise ``ValueError`` naming the env if ``actions`` does not fit the batched space."""
-        self._check(actions, "actions")
+    def check(self, actions: Any, env_ids: Any = None) -> None:
+        """Raise ``ValueError`` naming the env if ``actions`` does not fit the batched space.
+
+        Args:
+            actions: The batch.
+            env_ids: Global env index of each row, when the batch is a subset of
+                the envs (``send``); messages name those envs.
+        """
+        self._env_ids = env_ids
+        try:
+            self._check(actions, "actions")
+        finally:
+            self._env_ids = None
 
     # ------------------------------------------------------------------ compile
 
+    _env_ids: Any = None
+
     def _where(self, flat_index: int) -> str:
+        if self._env_ids is not None:
+            flat_index = int(self._env_ids[flat_index])
         return f"env {flat_index} (worker {flat_index // self.envs_per_worker})"
 
     def _compile(self, space: gym.Space[Any], path: str) -> _LeafCheck:
@@ -115,7 +129,7 @@ class ActionChecker:
                     # 0 and read as unsigned, a value below the range wraps to a
                     # huge one, so max() alone finds both kinds of offender.
                     shifted = a - lo if lo else a
-                    if shifted.view(f"u{a.dtype.itemsize}").max() <= span:
+                    if shifted.view(f"u{shifted.dtype.itemsize}").max() <= span:
                         return
                 elif a.min() >= lo and a.max() <= hi:
                     return

@@ -1,0 +1,220 @@
+"""Shared fixtures: a leak check around every test, and the start-method parameter.
+
+The leak check runs after each test (and fails it, as a teardown error, with a
+message naming what leaked):
+
+* shared memory: no ``/dev/shm/envmgr_*`` entry created by this test process
+  may remain. Names are attributed through a spy on ``SharedBuffers.create``,
+  so segments of other people's concurrent runs on this machine never count.
+* processes: no child of the test process may be left alive or as a zombie,
+  and neither may a child of multiprocessing's forkserver (forkserver workers
+  are its children, not ours). multiprocessing's own helpers (the
+  resource_tracker and the forkserver, recognised by their command line) are
+  not leaks: they live as long as the test session by design.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from envmgr import timers
+from envmgr.shared_memory import SEGMENT_PREFIX, SharedBuffers
+
+SHM_DIR = Path("/dev/shm")
+START_METHODS = [m for m in ("fork", "forkserver", "spawn") if m in mp.get_all_start_methods()]
+_HELPER_MARKERS = ("resource_tracker", "forkserver")
+#: How long a test's processes may take to disappear after it ends (a forkserver
+#: reaps its children asynchronously); leaks are reported only after this.
+_GRACE_SECONDS = 3.0
+
+# ------------------------------------------------------------------ shared-memory spy
+
+_created_segments: set[str] = set()
+_original_create = SharedBuffers.__dict__["create"].__func__
+
+
+def _recording_create(cls, *args, **kwargs):  # type: ignore[no-untyped-def]
+    buffers = _original_create(cls, *args, **kwargs)
+    _created_segments.add(buffers.name)
+    return buffers
+
+
+SharedBuffers.create = classmethod(_recording_create)  # type: ignore[method-assign,assignment]
+
+
+def shm_entries() -> set[str]:
+    """Names of every ``envmgr_*`` entry currently in ``/dev/shm``."""
+    try:
+        return {p.name for p in SHM_DIR.iterdir() if p.name.startswith(SEGMENT_PREFIX)}
+    except FileNotFoundError:  # pragma: no cover - not Linux
+        return set()
+
+
+# ------------------------------------------------------------------ process inspection
+
+
+def _status(pid: int) -> dict[str, str] | None:
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    out = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        out[key] = value.strip()
+    return out
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return (
+            Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        )
+    except OSError:
+        return ""
+
+
+def children_of(ppid: int) -> dict[int, tuple[int, str, str]]:
+    """``{pid: (ppid, state, cmdline)}`` of every process whose parent is ``ppid``."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        st = _status(int(entry))
+        if st is None or st.get("PPid") != str(ppid):
+            continue
+        found[int(entry)] = (ppid, st.get("State", "?"), _cmdline(int(entry)))
+    return found
+
+
+def is_mp_helper(cmdline: str) -> bool:
+    """multiprocessing's resource_tracker or forkserver process (by command line)."""
+    return any(marker in cmdline for marker in _HELPER_MARKERS)
+
+
+def _process_snapshot() -> dict[int, tuple[int, str, str]]:
+    """Our children, plus the children of our forkserver (the forkserver's workers)."""
+    mine = children_of(os.getpid())
+    found = dict(mine)
+    for pid, (_, state, cmd) in mine.items():
+        if "forkserver" in cmd and not state.startswith("Z"):
+            found.update(children_of(pid))
+    return found
+
+
+def _leaked_processes(before: dict[int, tuple[int, str, str]]) -> dict[int, tuple[str, str]]:
+    leaked = {}
+    me = os.getpid()
+    for pid, (ppid, state, cmd) in _process_snapshot().items():
+        zombie = state.startswith("Z")
+        if zombie:
+            leaked[pid] = (state, cmd)  # nobody reaped it: always a leak
+        elif ppid == me and is_mp_helper(cmd):
+            continue  # the resource_tracker / forkserver themselves
+        elif pid not in before:
+            # A new live child of ours, or a worker forked by the forkserver
+            # (whose command line is the forkserver's: fork copies it).
+            leaked[pid] = (state, cmd)
+    return leaked
+
+
+# ------------------------------------------------------------------ fixtures
+
+
+@pytest.fixture(autouse=True)
+def no_leaks(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail the test if it leaves shared memory or processes behind."""
+    shm_before = shm_entries()
+    created_before = set(_created_segments)
+    procs_before = _process_snapshot()
+    active_before = {p.pid for p in mp.active_children()}
+    yield
+
+    deadline = time.monotonic() + _GRACE_SECONDS
+    while True:
+        ours = _created_segments - created_before
+        shm_leaked = sorted((shm_entries() - shm_before) & ours)
+        proc_leaked = _leaked_processes(procs_before)
+        if (not shm_leaked and not proc_leaked) or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    # After the /proc check: active_children() reaps zombies as a side effect.
+    active_leaked = [p for p in mp.active_children() if p.pid not in active_before]
+
+    if not (shm_leaked or proc_leaked or active_leaked):
+        return
+    lines = [f"{request.node.nodeid} leaked resources:"]
+    for name in shm_leaked:
+        lines.append(f"  shared memory /dev/shm/{name} still exists")
+    for pid, (state, cmd) in sorted(proc_leaked.items()):
+        lines.append(f"  process {pid} left behind, state {state!r}: {cmd.strip()[:160]}")
+    for p in active_leaked:
+        lines.append(f"  multiprocessing child still alive: {p!r}")
+    # Clean up so one leak does not cascade into every later test.
+    for name in shm_leaked:
+        try:
+            (SHM_DIR / name).unlink()
+        except OSError:
+            pass
+    for pid, (state, _) in proc_leaked.items():
+        if not state.startswith("Z"):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+    for p in active_leaked:
+        p.kill()
+        p.join(5)
+    for pid in proc_leaked:
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+    pytest.fail("\n".join(lines), pytrace=False)
+
+
+@pytest.fixture(params=START_METHODS)
+def start_method(request: pytest.FixtureRequest) -> str:
+    """Each multiprocessing start method in turn (fork, forkserver, spawn)."""
+    return str(request.param)
+
+
+@pytest.fixture
+def fresh_timers() -> Iterator[None]:
+    """Reset the main thread's timers around a test."""
+    timers.reset_timers()
+    yield
+    timers.reset_timers()
+
+
+TESTS_DIR = Path(__file__).resolve().parent
+
+
+def _run_python(code: str, timeout: float = 50.0) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TESTS_DIR), env.get("PYTHONPATH")]))
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=str(TESTS_DIR),
+    )
+
+
+@pytest.fixture
+def run_python() -> Callable[..., subprocess.CompletedProcess[str]]:
+    """Run a code snippet in a fresh interpreter (``tests/`` importable); for checks that
+    could crash the interpreter or that need a process with no history."""
+    return _run_python

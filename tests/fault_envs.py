@@ -1,0 +1,362 @@
+"""Envs that misbehave on purpose, for the fault-injection tests (``test_faults.py``,
+``test_shutdown.py``) and the soak script.
+
+One class, :class:`FaultEnv`, a small real ``gymnasium.Env``, is parametrized by
+the *kind* of fault and the step at which it fires:
+
+==================  ==========================================================
+kind                what happens when it fires
+==================  ==========================================================
+``none``            nothing: a well-behaved env
+``segfault``        a real segmentation fault (``ctypes.string_at(0)``)
+``sigsegv``         ``os.kill(os.getpid(), SIGSEGV)``
+``exit``            ``os._exit(EXIT_CODE)``
+``sigkill``         ``os.kill(os.getpid(), SIGKILL)`` (what the OOM killer does)
+``raise``           raises :class:`InjectedFault`, defined here
+``hang``            ``time.sleep(HANG_SECONDS)`` (tests set ``step_timeout``)
+``hang_noterm``     like ``hang``, but ignores SIGTERM first (close must SIGKILL)
+``spin``            like ``hang``, but busy in Python code (a loop) instead of asleep
+``unpicklable``     returns an info holding a ``threading.Lock``
+``leak``            keeps ``leak_bytes`` more memory on *every* step and reports
+                    the process RSS in ``info["rss"]``; at ``at_step`` it is
+                    "OOM-killed" (SIGKILLs itself)
+``init_raise``      the constructor raises :class:`InjectedFault`
+``init_exit``       the constructor calls ``os._exit(EXIT_CODE)``
+==================  ==========================================================
+
+Step faults fire on the ``at_step``-th call to ``step`` (1-based, counted over
+the env's lifetime, across episodes), or on every later call too for ``hang``.
+
+Firing only once: a replaced worker rebuilds its envs from the same factories,
+so an env that crashed at step 3 would crash again at step 3 of its new life.
+Give the env a ``state_dir`` (a directory shared by every incarnation) and
+``fire_in`` (which incarnations fire, 0 = the first): each construction of the
+env with tag ``tag`` records itself there, so incarnation numbers survive the
+process that made them. Without ``state_dir`` every incarnation fires.
+
+Dynamics (deterministic given the reset seed, as ``tests/envs.py``): the
+observation is ``[t, x]`` with ``t`` the steps since reset and ``x`` a random
+draw from ``self.np_random``; the reward is ``action + t / 10``; the episode is
+truncated after ``episode_len`` steps. So even after an unseeded reset (which
+is what a restarted worker does), ``t`` and the reward are predictable.
+
+The module is imported by name (``fault_envs``) in worker processes, like
+``envs``: ``tests/`` is on ``sys.path`` in every start method.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+__all__ = [
+    "EXIT_CODE",
+    "HANG_SECONDS",
+    "STEP_FAULTS",
+    "INIT_FAULTS",
+    "ALL_FAULTS",
+    "InjectedFault",
+    "FaultEnv",
+    "fault_env_fns",
+    "incarnations",
+    "rss_bytes",
+]
+
+EXIT_CODE = 3
+HANG_SECONDS = 3600.0
+#: Faults that fire inside ``step``.
+STEP_FAULTS = (
+    "segfault",
+    "sigsegv",
+    "exit",
+    "sigkill",
+    "raise",
+    "hang",
+    "hang_noterm",
+    "spin",
+    "unpicklable",
+    "leak",
+)
+#: Faults that fire inside the constructor.
+INIT_FAULTS = ("init_raise", "init_exit")
+ALL_FAULTS = ("none", *STEP_FAULTS, *INIT_FAULTS)
+
+
+class InjectedFault(RuntimeError):
+    """What ``raise`` / ``init_raise`` raise; a custom type the parent must re-create."""
+
+
+def rss_bytes() -> int:
+    """Resident set size of this process, from ``/proc/self/statm``."""
+    with open("/proc/self/statm") as f:
+        pages = int(f.read().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE")
+
+
+def incarnations(state_dir: str | os.PathLike[str], tag: int) -> int:
+    """How many times the env with ``tag`` has been constructed under ``state_dir``."""
+    return sum(1 for p in Path(state_dir).glob(f"env{tag}.built.*"))
+
+
+def _record_construction(state_dir: str, tag: int) -> int:
+    """Record one more construction of env ``tag``; returns its incarnation number (0-based)."""
+    d = Path(state_dir)
+    n = 0
+    while True:  # O_EXCL: two processes can never claim the same number
+        try:
+            fd = os.open(d / f"env{tag}.built.{n}", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            n += 1
+            continue
+        os.write(fd, str(os.getpid()).encode())
+        os.close(fd)
+        return n
+
+
+def _segfault() -> None:
+    ctypes.string_at(0)  # reads address 0: SIGSEGV inside C code
+
+
+class FaultEnv(gym.Env):  # type: ignore[type-arg]
+    """A small env that commits fault ``kind`` at step ``at_step`` (see the module doc).
+
+    Args:
+        kind: One of :data:`ALL_FAULTS`.
+        at_step: The step call (1-based, over the env's lifetime) at which a
+            step fault fires.
+        tag: This env's identity (its global index, by convention); appears in
+            messages and in ``state_dir`` file names.
+        state_dir: Directory shared by every incarnation; see ``fire_in``.
+        fire_in: Incarnations (0-based) in which the fault fires; ``None`` means
+            all. Only meaningful with ``state_dir``.
+        episode_len: Steps after which an episode is truncated.
+        leak_bytes: Bytes kept per step by the ``leak`` kind.
+        ready_file: If given, a file created just before a ``hang`` starts (so a
+            test knows the worker is inside the step).
+        hang_seconds: How long ``hang`` sleeps (a short one makes a *slow* step
+            whose answer would arrive after the step timeout).
+        rebuild_fault: A fault of the *replacements* (a worker whose replacement
+            cannot be built or dies while starting): ``"init_raise"`` or
+            ``"init_exit"`` in the constructor, or ``"reset_exit"``
+            (``os._exit(EXIT_CODE)`` in the first reset, which for a replacement
+            is the reset the manager sends while restarting it). Committed by
+            the incarnations in ``rebuild_in``. Needs ``state_dir``.
+        rebuild_in: Incarnations committing ``rebuild_fault``; ``None``: every
+            incarnation after the first.
+    """
+
+    metadata: dict[str, Any] = {"render_modes": []}
+
+    def __init__(
+        self,
+        kind: str = "none",
+        at_step: int = 3,
+        tag: int = 0,
+        state_dir: str | None = None,
+        fire_in: Sequence[int] | None = (0,),
+        episode_len: int = 20,
+        leak_bytes: int = 1 << 20,
+        ready_file: str | None = None,
+        hang_seconds: float = HANG_SECONDS,
+        rebuild_fault: str | None = None,
+        rebuild_in: Sequence[int] | None = None,
+    ) -> None:
+        if kind not in ALL_FAULTS:
+            raise ValueError(f"unknown fault kind {kind!r}; choose from {ALL_FAULTS}")
+        self.kind = kind
+        self.at_step = at_step
+        self.tag = tag
+        self.episode_len = episode_len
+        self.leak_bytes = leak_bytes
+        self.ready_file = ready_file
+        self.hang_seconds = hang_seconds
+        self.incarnation = 0 if state_dir is None else _record_construction(state_dir, tag)
+        self.armed = kind != "none" and (
+            state_dir is None or fire_in is None or self.incarnation in fire_in
+        )
+        self.observation_space = spaces.Box(-1e6, 1e6, shape=(2,), dtype=np.float32)
+        self.action_space = spaces.Discrete(2)
+        self.t = 0
+        self.calls = 0  # step calls over the env's lifetime
+        self._leak: list[bytearray] = []
+        init_fault = kind if self.armed else None
+        rebuilding = self.incarnation >= 1 and (
+            rebuild_in is None or self.incarnation in rebuild_in
+        )
+        if rebuild_fault is not None and rebuilding:
+            init_fault = rebuild_fault
+        self.exit_in_reset = init_fault == "reset_exit"
+        if init_fault == "init_raise":
+            raise InjectedFault(f"env {tag} refused to be built (incarnation {self.incarnation})")
+        if init_fault == "init_exit":
+            os._exit(EXIT_CODE)
+
+    def _obs(self) -> np.ndarray:
+        return np.array([self.t, self.np_random.uniform(-1.0, 1.0)], dtype=np.float32)
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        if self.exit_in_reset:
+            os._exit(EXIT_CODE)
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        self.calls += 1
+        info: dict[str, Any] = {}
+        if self.kind == "leak" and self.armed:
+            self._leak.append(bytearray(b"x" * self.leak_bytes))  # touched, so resident
+            info["rss"] = rss_bytes()
+            info["leaked"] = len(self._leak) * self.leak_bytes
+        if self.armed and self.calls >= self.at_step:
+            self._fire(info)
+        self.t += 1
+        reward = float(action) + self.t / 10.0
+        truncated = self.t >= self.episode_len
+        return self._obs(), reward, False, truncated, info
+
+    def _fire(self, info: dict[str, Any]) -> None:
+        kind, first = self.kind, self.calls == self.at_step
+        if kind in ("hang", "hang_noterm", "spin"):
+            if kind == "hang_noterm":
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            if self.ready_file is not None:
+                Path(self.ready_file).write_text(str(os.getpid()))
+            if kind == "spin":
+                deadline = time.monotonic() + self.hang_seconds
+                while time.monotonic() < deadline:
+                    pass
+            else:
+                time.sleep(self.hang_seconds)
+        elif not first:
+            return
+        elif kind == "segfault":
+            _segfault()
+        elif kind == "sigsegv":
+            os.kill(os.getpid(), signal.SIGSEGV)
+            time.sleep(60)  # the signal is delivered at once; never reached
+        elif kind == "exit":
+            os._exit(EXIT_CODE)
+        elif kind in ("sigkill", "leak"):
+            os.kill(os.getpid(), signal.SIGKILL)
+            time.sleep(60)
+        elif kind == "raise":
+            raise InjectedFault(f"env {self.tag} failed at step {self.calls}")
+        elif kind == "unpicklable":
+            info["lock"] = threading.Lock()
+
+
+def fault_env_fns(
+    kind: str,
+    num_envs: int,
+    fault_env: int,
+    at_step: int = 3,
+    state_dir: str | os.PathLike[str] | None = None,
+    fire_in: Sequence[int] | None = (0,),
+    rebuild_fault: str | None = None,
+    rebuild_in: Sequence[int] | None = None,
+    **kwargs: Any,
+) -> list[Callable[[], FaultEnv]]:
+    """One factory per env; only env ``fault_env`` carries ``kind`` and ``rebuild_fault``.
+
+    Every env gets ``tag`` = its index. Extra keyword arguments go to every env.
+    """
+    sd = None if state_dir is None else str(state_dir)
+    return [
+        functools.partial(
+            FaultEnv,
+            kind=kind if i == fault_env else "none",
+            at_step=at_step,
+            tag=i,
+            state_dir=sd,
+            fire_in=fire_in,
+            rebuild_fault=rebuild_fault if i == fault_env else None,
+            rebuild_in=rebuild_in,
+            **kwargs,
+        )
+        for i in range(num_envs)
+    ]
+
+
+# --------------------------------------------------------------------------- process checks
+#
+# Helpers for the tests: a pid alone is not an identity (pids are reused), so a
+# process is remembered as (pid, start time) and counts as gone once no process
+# with that pid *and* that start time exists. A zombie still exists: a test that
+# finds one has found a process nobody reaped.
+
+
+def process_token(pid: int) -> tuple[int, str] | None:
+    """``(pid, start time in clock ticks)`` of a live (or zombie) process, else ``None``."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return pid, fields[19]  # field 22 of stat; fields[0] is field 3 (state)
+
+
+def process_state(token: tuple[int, str]) -> str | None:
+    """State letter (``R``, ``S``, ``Z``...) of the process ``token`` names; ``None`` if gone."""
+    pid, start = token
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    if fields[19] != start:
+        return None  # the pid now belongs to another process
+    return fields[0]
+
+
+def wait_gone(
+    tokens: Sequence[tuple[int, str] | None], timeout: float = 5.0, zombie_ok: bool = False
+) -> dict[int, str]:
+    """Poll until every process in ``tokens`` is gone; returns ``{pid: state}`` of the rest.
+
+    Args:
+        tokens: From :func:`process_token` (``None`` entries are ignored).
+        timeout: Polling deadline in seconds.
+        zombie_ok: Count a zombie as gone (for orphans: reaping them is init's job).
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        left = {}
+        for tok in tokens:
+            if tok is None:
+                continue
+            state = process_state(tok)
+            if state is not None and not (zombie_ok and state in ("Z", "X")):
+                left[tok[0]] = state
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.05)
+
+
+def segment_path(name: str) -> Path:
+    """Where a shared-memory segment named ``name`` lives on Linux."""
+    return Path("/dev/shm") / name.lstrip("/")
+
+
+def wait_unlinked(name: str, timeout: float = 5.0) -> bool:
+    """Poll until ``/dev/shm/<name>`` is gone; whether it is."""
+    deadline = time.monotonic() + timeout
+    path = segment_path(name)
+    while path.exists():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True

@@ -1,0 +1,364 @@
+"""Shutdown: the parent killed outright, Ctrl-C, and close() in awkward states.
+
+The parent-death and Ctrl-C tests run the manager in a child interpreter (a
+"parent" of its own workers), started in a new session so that signals meant
+for it never reach pytest. Each asserts that the workers, the helper processes
+multiprocessing started for that interpreter (resource tracker, forkserver) and
+the shared-memory segment all disappear within a polling bound. A finally block
+SIGKILLs anything left over, so a failing test never leaves processes behind on
+this shared machine.
+
+Time bounds are polling deadlines (``within 5 s``), never speed expectations.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from fault_envs import (
+    fault_env_fns,
+    process_token,
+    segment_path,
+    wait_gone,
+    wait_unlinked,
+)
+
+from envmgr import ClosedManagerError, SubprocessEnvManager
+
+pytestmark = pytest.mark.timeout(60)
+
+TESTS_DIR = Path(__file__).resolve().parent
+GONE_WITHIN = 5.0  # seconds for workers to disappear once their manager is gone
+UNLINKED_WITHIN = 10.0  # seconds for the resource tracker to unlink an orphaned segment
+
+# The child interpreter: builds a manager (2 workers x 2 envs, env 3 may hang at
+# its first step), prints its worker pids and segment as one JSON line, then
+# idles, steps into the hang, or steps in a loop until interrupted.
+CHILD = r"""
+import json, os, sys, time
+import numpy as np
+from fault_envs import fault_env_fns
+from envmgr import SubprocessEnvManager
+
+context, mode, state_dir = sys.argv[1], sys.argv[2], sys.argv[3]
+kind = {"busy": "hang", "spin": "spin"}.get(mode, "none")
+fns = fault_env_fns(kind, 4, 3, at_step=1, state_dir=state_dir,
+                    ready_file=os.path.join(state_dir, "hanging"))
+envs = SubprocessEnvManager(fns, 2, 2, context=context)
+envs.reset(seed=0)
+zeros = np.zeros(4, dtype=np.int64)
+print(json.dumps({"pids": envs.worker_pids, "segment": envs._buffers.name}), flush=True)
+if mode == "idle":
+    time.sleep(600)
+elif mode in ("busy", "spin"):
+    envs.step(zeros)  # worker 1 never answers
+elif mode == "loop":
+    steps = 0
+    try:
+        with envs:
+            while True:
+                envs.step(zeros)
+                steps += 1
+                if steps == 10:
+                    print("looping", flush=True)
+    except KeyboardInterrupt:
+        alive = [p for p in envs.worker_pids if os.path.exists(f"/proc/{p}")]
+        print(json.dumps({"closed": envs.closed, "steps": steps, "alive": alive}), flush=True)
+        raise
+elif mode == "exit":
+    pass  # leave without close(): the atexit hook must clean up
+"""
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live descendant of ``pid`` (children, grandchildren...), from /proc."""
+    parents: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        parents.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+class Child:
+    """The child interpreter, with its stdout read line by line in a thread."""
+
+    def __init__(self, context: str, mode: str, state_dir: Path) -> None:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TESTS_DIR), env.get("PYTHONPATH")]))
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", CHILD, context, mode, str(state_dir)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=str(TESTS_DIR),
+            start_new_session=True,  # its own process group: Ctrl-C for it alone
+        )
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        self.stderr = ""
+        self.tokens: list[Any] = []  # every process of its tree we have seen
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def line(self, timeout: float = 40.0) -> str:
+        try:
+            got = self.lines.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"no output from the child within {timeout} s") from None
+        if got is None:
+            self.finish(5.0)
+            raise AssertionError(f"the child exited ({self.proc.returncode}): {self.stderr}")
+        return got
+
+    def note_tree(self) -> None:
+        """Remember the child's whole process tree (workers, tracker, forkserver)."""
+        for pid in descendants(self.proc.pid):
+            tok = process_token(pid)
+            if tok is not None and tok not in self.tokens:
+                self.tokens.append(tok)
+
+    def finish(self, timeout: float) -> int:
+        """Wait for (and reap) the child; returns its exit code."""
+        try:
+            _, self.stderr = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            _, self.stderr = self.proc.communicate()
+        self._reader.join(5.0)
+        return self.proc.returncode
+
+    def kill_everything(self) -> None:
+        """Last resort after a failure: SIGKILL the child and everything it started."""
+        self.note_tree()
+        if self.proc.poll() is None:
+            self.proc.kill()
+        for tok in self.tokens:
+            if wait_gone([tok], timeout=0):
+                try:
+                    os.kill(tok[0], signal.SIGKILL)
+                except OSError:
+                    pass
+        self.finish(10.0)
+
+
+@contextmanager
+def child(context: str, mode: str, state_dir: Path) -> Iterator[Child]:
+    c = Child(context, mode, state_dir)
+    try:
+        yield c
+    finally:
+        c.kill_everything()
+
+
+def wait_for_file(path: Path, timeout: float = 40.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} did not appear within {timeout} s"
+        time.sleep(0.05)
+
+
+def assert_tree_gone(c: Child, worker_tokens: list[Any], segment: str) -> None:
+    """Workers gone within GONE_WITHIN s, the rest of the tree soon after, segment unlinked.
+
+    The workers are orphans once the child is dead; their new parent (init here)
+    reaps them, which is outside envmgr's control, so an orphan that has exited but
+    is not yet reaped (a zombie) counts as gone.
+    """
+    left = wait_gone(worker_tokens, timeout=GONE_WITHIN, zombie_ok=True)
+    assert not left, f"workers still running {GONE_WITHIN} s after their manager died: {left}"
+    left = wait_gone(c.tokens, timeout=GONE_WITHIN, zombie_ok=True)
+    assert not left, f"helper processes of the dead manager still running: {left}"
+    assert wait_unlinked(segment, timeout=UNLINKED_WITHIN), f"/dev/shm/{segment} was never unlinked"
+
+
+# ------------------------------------------------------------------ the parent is killed
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize(
+    ("context", "mode"),
+    [(m, "idle") for m in ("fork", "forkserver", "spawn")]
+    + [(m, "busy") for m in ("fork", "forkserver", "spawn")]
+    + [("forkserver", "spin")],
+)
+def test_workers_exit_when_the_parent_is_sigkilled(context: str, mode: str, tmp_path: Path) -> None:
+    """``idle``: workers wait for a command. ``busy``: worker 1 is inside a step that
+    sleeps for an hour; ``spin``: one that spins in Python code for an hour (the
+    death signal or the watchdog thread must end it)."""
+    with child(context, mode, tmp_path) as c:
+        info = json.loads(c.line())
+        worker_tokens = [process_token(p) for p in info["pids"]]
+        assert all(worker_tokens), info
+        assert segment_path(info["segment"]).exists()
+        if mode in ("busy", "spin"):
+            wait_for_file(tmp_path / "hanging")
+        c.note_tree()
+        assert {t[0] for t in worker_tokens} <= {t[0] for t in c.tokens}
+
+        os.kill(c.proc.pid, signal.SIGKILL)
+        assert c.finish(10.0) == -signal.SIGKILL
+        assert_tree_gone(c, worker_tokens, info["segment"])
+
+
+# ------------------------------------------------------------------ Ctrl-C
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize(
+    ("context", "target"),
+    [("fork", "group"), ("fork", "parent"), ("forkserver", "group"), ("spawn", "group")],
+)
+def test_ctrl_c_closes_the_manager_cleanly(context: str, target: str, tmp_path: Path) -> None:
+    """SIGINT to the whole process group (what a terminal's Ctrl-C does) or to the
+    parent alone: KeyboardInterrupt in the parent's loop, the ``with`` block closes
+    the manager, and the interpreter exits as for any uncaught KeyboardInterrupt."""
+    with child(context, "loop", tmp_path) as c:
+        info = json.loads(c.line())
+        worker_tokens = [process_token(p) for p in info["pids"]]
+        assert c.line().strip() == "looping"
+        c.note_tree()
+        if target == "group":
+            os.killpg(c.proc.pid, signal.SIGINT)
+        else:
+            os.kill(c.proc.pid, signal.SIGINT)
+        report = json.loads(c.line())
+        code = c.finish(30.0)
+        stderr = c.stderr
+        assert code == -signal.SIGINT, (code, stderr)
+        assert report["closed"] is True and report["steps"] >= 10
+        assert report["alive"] == [], "close() returned with workers alive"
+        # The workers were the child's to reap, and it did (close joins them).
+        assert not wait_gone(worker_tokens, timeout=GONE_WITHIN)
+        assert wait_unlinked(info["segment"], timeout=0.0), "close() did not unlink the segment"
+        # One traceback, the parent's; nothing from workers or the resource tracker.
+        assert stderr.count("Traceback (most recent call last)") == 1, stderr
+        assert stderr.rstrip().endswith("KeyboardInterrupt"), stderr
+        for noise in ("worker_main", "envmgr-worker", "Process ", "leaked", "resource_tracker"):
+            assert noise not in stderr, stderr
+        assert_tree_gone(c, worker_tokens, info["segment"])
+
+
+def test_exit_without_close_cleans_up_at_exit(tmp_path: Path) -> None:
+    with child("forkserver", "exit", tmp_path) as c:
+        info = json.loads(c.line())
+        worker_tokens = [process_token(p) for p in info["pids"]]
+        c.note_tree()
+        assert c.finish(30.0) == 0, c.stderr
+        assert "leaked" not in c.stderr and "Traceback" not in c.stderr, c.stderr
+        assert wait_unlinked(info["segment"], timeout=0.0), "atexit did not unlink the segment"
+        assert_tree_gone(c, worker_tokens, info["segment"])
+
+
+# ------------------------------------------------------------------ close()
+
+
+def _manager(kind: str, tmp_path: Path, **kwargs: Any) -> SubprocessEnvManager:
+    fns = fault_env_fns(
+        kind, 4, 3, at_step=1, state_dir=tmp_path, ready_file=str(tmp_path / "hanging")
+    )
+    return SubprocessEnvManager(fns, 2, 2, **kwargs)
+
+
+def _tokens_and_segment(envs: SubprocessEnvManager) -> tuple[list[Any], str]:
+    buffers = envs._buffers  # white box: the segment's name is not public API
+    assert buffers is not None
+    return [process_token(p) for p in envs.worker_pids], buffers.name
+
+
+@pytest.mark.timeout(30)
+def test_close_is_idempotent() -> None:
+    envs = SubprocessEnvManager(fault_env_fns("none", 4, 3), 2, 2, context="fork")
+    tokens, segment = _tokens_and_segment(envs)
+    envs.reset(seed=0)
+    envs.step(np.zeros(4, dtype=np.int64))
+    for _ in range(3):
+        envs.close()
+        assert envs.closed
+        assert not wait_gone(tokens, timeout=0.0)  # close() returns after reaping them
+        assert not segment_path(segment).exists()
+    with pytest.raises(ClosedManagerError):
+        envs.reset()
+    envs.__exit__(None, None, None)
+    del envs  # __del__ after close is harmless too
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("context", ["fork", "forkserver"])
+@pytest.mark.parametrize("kind", ["hang", "hang_noterm"])
+def test_close_with_a_hung_worker_returns_within_close_timeout(
+    kind: str, context: str, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Worker 1 sleeps inside a step nobody waits for. ``hang`` dies of SIGTERM after
+    close_timeout; ``hang_noterm`` ignores SIGTERM, so close() must go on to SIGKILL."""
+    close_timeout = 1.0
+    envs = _manager(kind, tmp_path, context=context, close_timeout=close_timeout)
+    tokens, segment = _tokens_and_segment(envs)
+    envs.reset(seed=0)
+    envs.step_async(np.zeros(4, dtype=np.int64))
+    wait_for_file(tmp_path / "hanging")
+    t0 = time.monotonic()
+    envs.close()
+    elapsed = time.monotonic() - t0
+    # close() waits close_timeout, then SIGTERM (+1 s), then SIGKILL (+1 s); the
+    # margin is for a loaded machine, the bound is what we promise callers.
+    assert elapsed < close_timeout + 2.0 + 5.0, f"close() took {elapsed:.1f} s"
+    assert envs.closed
+    assert not wait_gone(tokens, timeout=0.0), "close() returned before the hung worker was gone"
+    assert not segment_path(segment).exists()
+    err = capfd.readouterr().err
+    assert "Traceback" not in err, err
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("how", ["step_async", "send", "reset_async"])
+def test_close_with_a_call_pending(how: str) -> None:
+    envs = SubprocessEnvManager(fault_env_fns("none", 4, 3), 2, 2, context="fork")
+    tokens, segment = _tokens_and_segment(envs)
+    envs.reset(seed=0)
+    zeros = np.zeros(4, dtype=np.int64)
+    if how == "step_async":
+        envs.step_async(zeros)
+    elif how == "send":
+        envs.send(zeros[:2], [2, 3])
+    else:
+        envs.reset_async(seed=1)
+    envs.close()
+    assert envs.closed
+    assert not wait_gone(tokens, timeout=0.0)
+    assert not segment_path(segment).exists()
+    with pytest.raises(ClosedManagerError):
+        envs.step_wait()
+    envs.close()

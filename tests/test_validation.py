@@ -1,0 +1,282 @@
+"""ActionChecker: what it accepts, and what its ValueError messages say."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+import pytest
+from gymnasium import spaces
+from gymnasium.vector.utils import batch_space
+
+from envmgr.validation import ActionChecker
+
+N, EPW = 6, 2  # envs 0-1 on worker 0, 2-3 on worker 1, 4-5 on worker 2
+
+
+def check(space: spaces.Space, actions: Any) -> None:  # type: ignore[type-arg]
+    ActionChecker(space, N, EPW).check(actions)
+
+
+def rejects(space: spaces.Space, actions: Any, *patterns: str) -> str:  # type: ignore[type-arg]
+    with pytest.raises(ValueError) as ei:
+        check(space, actions)
+    message = str(ei.value)
+    for p in patterns:
+        assert re.search(p, message), f"{p!r} not in {message!r}"
+    return message
+
+
+ALL_SPACES = {
+    "Discrete": spaces.Discrete(3),
+    "Discrete-start": spaces.Discrete(3, start=-1),
+    "MultiDiscrete": spaces.MultiDiscrete([2, 5, 3]),
+    "MultiDiscrete-2d-start": spaces.MultiDiscrete([[2, 3], [4, 5]], start=[[1, 0], [0, -2]]),
+    "MultiBinary": spaces.MultiBinary(4),
+    "MultiBinary-2d": spaces.MultiBinary([2, 2]),
+    "Box": spaces.Box(-1.0, 1.0, (2,), np.float32),
+    "Box-halfbounded": spaces.Box(
+        np.array([0.0, -np.inf]), np.array([np.inf, 2.0]), dtype=np.float64
+    ),
+    "Box-unbounded": spaces.Box(-np.inf, np.inf, (3,), np.float64),
+    "Box-int": spaces.Box(0, 10, (2,), np.int64),
+    "Dict": spaces.Dict({"move": spaces.Discrete(4), "aim": spaces.Box(-1, 1, (2,), np.float32)}),
+    "Tuple": spaces.Tuple((spaces.MultiBinary(2), spaces.Discrete(2))),
+    "nested": spaces.Dict(
+        {"a": spaces.Tuple((spaces.Discrete(2), spaces.Dict({"b": spaces.MultiDiscrete([3, 3])})))}
+    ),
+    "Text": spaces.Text(4, charset="ab"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ALL_SPACES))
+def test_sampled_batches_are_accepted(name: str) -> None:
+    batched = batch_space(ALL_SPACES[name], N)
+    batched.seed(0)
+    for _ in range(20):
+        check(ALL_SPACES[name], batched.sample())
+
+
+# ------------------------------------------------------------------ Discrete
+
+
+def test_discrete_out_of_range_names_env_and_worker() -> None:
+    space = spaces.Discrete(3)
+    rejects(space, np.array([0, 1, 2, 0, 3, 1]), r"env 4 \(worker 2\)", r"\b3\b", r"Discrete\(3\)")
+    rejects(space, np.array([0, -1, 2, 0, 0, 1]), r"env 1 \(worker 0\)", r"-1")
+
+
+def test_discrete_with_start() -> None:
+    space = spaces.Discrete(3, start=-1)
+    check(space, np.array([-1, 0, 1, 1, 0, -1]))
+    rejects(space, np.array([-1, 0, 2, 1, 0, -1]), r"env 2 \(worker 1\)")
+    rejects(space, np.array([-1, 0, 1, 1, 0, -2]), r"env 5 \(worker 2\)")
+
+
+def test_discrete_wrong_shape() -> None:
+    rejects(spaces.Discrete(3), np.zeros(5, dtype=np.int64), r"shape \(5,\)", r"expected \(6,\)")
+    rejects(spaces.Discrete(3), np.zeros((6, 1), dtype=np.int64), r"shape \(6, 1\)")
+    rejects(spaces.Discrete(3), 1, r"shape \(\)")
+
+
+def test_discrete_float_actions_are_rejected_naming_the_env() -> None:
+    message = rejects(spaces.Discrete(3), np.array([0, 1, 2, 0.5, 1, 1]), "float64")
+    assert re.search(r"env 3 \(worker 1\)", message), message
+
+
+def test_discrete_accepts_python_lists_and_any_integer_dtype() -> None:
+    check(spaces.Discrete(3), [0, 1, 2, 0, 1, 2])
+    check(spaces.Discrete(3), np.array([0, 1, 2, 0, 1, 2], dtype=np.uint8))
+
+
+# ------------------------------------------------------------------ MultiDiscrete / MultiBinary
+
+
+def test_multidiscrete_checks_each_dimension() -> None:
+    space = spaces.MultiDiscrete([2, 5, 3])
+    a = np.zeros((N, 3), dtype=np.int64)
+    a[3, 1] = 5  # dimension 1 allows 0..4
+    rejects(space, a, r"env 3 \(worker 1\)", r"\[0, 5, 0\]", "MultiDiscrete")
+    a[3, 1] = 4
+    check(space, a)
+    a[0, 0] = 2  # dimension 0 allows 0..1
+    rejects(space, a, r"env 0 \(worker 0\)")
+
+
+def test_multidiscrete_with_start() -> None:
+    space = spaces.MultiDiscrete([[2, 3], [4, 5]], start=[[1, 0], [0, -2]])
+    a = np.broadcast_to(space.start, (N, 2, 2)).copy()
+    check(space, a)
+    a[5, 1, 1] = -3
+    rejects(space, a, r"env 5 \(worker 2\)")
+
+
+def test_multidiscrete_wrong_shape() -> None:
+    rejects(
+        spaces.MultiDiscrete([2, 5, 3]),
+        np.zeros((N, 2), dtype=np.int64),
+        r"shape \(6, 2\)",
+        r"\(6, 3\)",
+    )
+
+
+def test_multibinary_only_zero_and_one() -> None:
+    space = spaces.MultiBinary(4)
+    a = np.zeros((N, 4), dtype=np.int8)
+    a[2, 3] = 2
+    rejects(space, a, r"env 2 \(worker 1\)", "MultiBinary")
+    a[2, 3] = 1
+    check(space, a)
+    check(space, a.astype(bool))
+    rejects(space, a.astype(np.float32), "float32")
+
+
+# ------------------------------------------------------------------ Box
+
+
+def test_box_nan_and_inf_name_the_env() -> None:
+    space = spaces.Box(-1.0, 1.0, (2,), np.float32)
+    a = np.zeros((N, 2), dtype=np.float32)
+    a[4, 0] = np.nan
+    rejects(space, a, r"env 4 \(worker 2\)", "not finite")
+    a[4, 0] = 0
+    a[1, 1] = -np.inf
+    rejects(space, a, r"env 1 \(worker 0\)", "not finite")
+
+
+def test_box_out_of_bounds_names_the_env() -> None:
+    space = spaces.Box(-1.0, 1.0, (2,), np.float32)
+    a = np.zeros((N, 2), dtype=np.float32)
+    a[2, 1] = 1.5
+    rejects(space, a, r"env 2 \(worker 1\)", "outside", "check_actions=False")
+
+
+def test_box_half_bounded() -> None:
+    space = ALL_SPACES["Box-halfbounded"]
+    a = np.zeros((N, 2))
+    a[:, 0] = 1e300  # no upper bound on dimension 0
+    a[:, 1] = -1e300  # no lower bound on dimension 1
+    check(space, a)
+    a[3, 0] = -0.5
+    rejects(space, a, r"env 3 \(worker 1\)", "outside")
+
+
+def test_unbounded_box_accepts_any_finite_value_but_not_nan() -> None:
+    space = ALL_SPACES["Box-unbounded"]
+    check(space, np.full((N, 3), 1e300))
+    a = np.zeros((N, 3))
+    a[5, 2] = np.nan
+    rejects(space, a, r"env 5 \(worker 2\)", "not finite")
+
+
+def test_box_wrong_shape_and_dtype() -> None:
+    space = spaces.Box(-1.0, 1.0, (2,), np.float32)
+    rejects(space, np.zeros((N, 3), dtype=np.float32), r"shape \(6, 3\)", r"\(6, 2\)")
+    rejects(space, np.array([["a", "b"]] * N), "dtype")
+
+
+def test_integer_box() -> None:
+    space = spaces.Box(0, 10, (2,), np.int64)
+    a = np.full((N, 2), 5, dtype=np.int64)
+    check(space, a)
+    a[1, 0] = 11
+    rejects(space, a, r"env 1 \(worker 0\)", "outside")
+
+
+def test_integer_box_rejects_fractional_and_nan_floats() -> None:
+    # gymnasium's Box(dtype=int64).contains() refuses float actions; written into
+    # the int64 action array, 2.5 would silently become 2 and NaN a huge negative.
+    space = spaces.Box(0, 10, (2,), np.int64)
+    assert not space.contains(np.array([2.5, 1.0]))
+    a = np.full((N, 2), 5.0)
+    a[1, 0] = 2.5
+    rejects(space, a, r"float64|env 1")
+    a[1, 0] = 5.0
+    a[2, 1] = np.nan
+    rejects(space, a, r"float64|env 2")
+
+
+# ------------------------------------------------------------------ Dict / Tuple
+
+
+def test_dict_messages_carry_the_key_path() -> None:
+    space = ALL_SPACES["Dict"]
+    good = {"move": np.zeros(N, dtype=np.int64), "aim": np.zeros((N, 2), dtype=np.float32)}
+    check(space, good)
+    bad = dict(good, move=np.array([0, 0, 0, 0, 0, 4]))
+    rejects(space, bad, r"actions\['move'\]", r"env 5 \(worker 2\)")
+    aim = np.zeros((N, 2), dtype=np.float32)
+    aim[0, 1] = np.nan
+    rejects(space, dict(good, aim=aim), r"actions\['aim'\]", r"env 0 \(worker 0\)")
+    rejects(space, {"move": good["move"]}, r"dict with keys \['aim', 'move'\]", r"\['move'\]")
+    rejects(space, dict(good, extra=1), "dict with keys")
+    rejects(space, np.zeros(N), "dict with keys", "ndarray")
+
+
+def test_tuple_messages_carry_the_index_path() -> None:
+    space = ALL_SPACES["Tuple"]
+    good = (np.zeros((N, 2), dtype=np.int8), np.zeros(N, dtype=np.int64))
+    check(space, good)
+    check(space, list(good))
+    rejects(space, (good[0], np.array([0, 0, 2, 0, 0, 0])), r"actions\[1\]", r"env 2 \(worker 1\)")
+    rejects(space, (good[0],), "tuple of 2")
+    rejects(space, good[0], "tuple of 2")
+
+
+def test_nested_dict_tuple_path() -> None:
+    space = ALL_SPACES["nested"]
+    actions = batch_space(space, N).sample()
+    check(space, actions)
+    b = actions["a"][1]["b"].copy()
+    b[4, 1] = 3
+    bad = {"a": (actions["a"][0], {"b": b})}
+    rejects(space, bad, r"actions\['a'\]\[1\]\['b'\]", r"env 4 \(worker 2\)")
+
+
+# ------------------------------------------------------------------ spaces without fixed shape
+
+
+def test_text_actions_are_checked_per_env() -> None:
+    space = ALL_SPACES["Text"]
+    check(space, ("a", "ab", "b", "", "aa", "bbbb") if space.min_length == 0 else ("a",) * N)
+    rejects(space, ("a", "a", "a", "c", "a", "a"), r"env 3 \(worker 1\)", "'c'")
+    rejects(space, ("a",) * 5, "5 entries", "num_envs=6")
+
+
+def test_worker_numbering_follows_envs_per_worker() -> None:
+    checker = ActionChecker(spaces.Discrete(2), 6, 3)
+    with pytest.raises(ValueError, match=r"env 4 \(worker 1\)"):
+        checker.check(np.array([0, 0, 0, 0, 2, 0]))
+    checker = ActionChecker(spaces.Discrete(2), 6, 1)
+    with pytest.raises(ValueError, match=r"env 4 \(worker 4\)"):
+        checker.check(np.array([0, 0, 0, 0, 2, 0]))
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32"])
+@pytest.mark.parametrize("start", [0, -1, 2, -40000])
+def test_discrete_range_check_for_every_integer_dtype(dtype: str, start: int) -> None:
+    space = spaces.Discrete(3, start=start)
+    info = np.iinfo(dtype)
+    inside = [v for v in range(start, start + 3) if info.min <= v <= info.max]
+    filler = inside[0] if inside else None
+    if inside:
+        check(space, np.array([inside[k % len(inside)] for k in range(N)], dtype=dtype))
+    # Offenders just outside the range, and far outside: 256 + v shares its low
+    # byte with v, 65536 + v its two low bytes.
+    offenders = [
+        start - 1,
+        start + 3,
+        256 + start,
+        256 + start + 1,
+        65536 + start,
+        65536 + start + 1,
+    ]
+    for bad in offenders:
+        if not info.min <= bad <= info.max:
+            continue
+        a = np.full(N, bad if filler is None else filler, dtype=dtype)
+        a[3] = bad
+        first = 0 if filler is None else 3
+        with pytest.raises(ValueError, match=rf"env {first} \(worker {first // EPW}\)"):
+            check(space, a)
