@@ -186,6 +186,9 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
             blocking (``0`` blocks at once). Spinning saves a wake-up (about
             20 µs here) per step while stepping; it yields the core, so it does
             not starve other processes.
+        parent_spin_seconds: How long ``step_wait`` busy-polls (yielding) for the
+            workers to finish before it sleeps. Off by default: on a machine with
+            no spare core the parent's spinning competes with the workers.
         step_timeout: Seconds a worker may take to answer a step or reset
             (``None``: no limit; a dead worker is still noticed at once).
         start_timeout: Seconds a worker may take to build its envs.
@@ -222,6 +225,7 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
         copy: bool = True,
         autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
         spin_seconds: float = DEFAULT_SPIN_SECONDS,
+        parent_spin_seconds: float = 0.0,
         step_timeout: float | None = None,
         start_timeout: float | None = 120.0,
         close_timeout: float = 5.0,
@@ -265,6 +269,7 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
         self.copy = copy
         self.autoreset_mode = AutoresetMode(autoreset_mode)
         self.spin_seconds = float(spin_seconds)
+        self.parent_spin_seconds = float(parent_spin_seconds)
         self.step_timeout = step_timeout
         self.start_timeout = start_timeout
         self.close_timeout = close_timeout
@@ -548,6 +553,10 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
         # Wake-ups are not lost (see envmgr.signalling), but re-checking every few
         # milliseconds keeps even a lost one from costing more than that.
         wait_ms = 5
+        if self.parent_spin_seconds > 0.0 and not bell.all_done(seq):
+            spin_end = perf_counter() + self.parent_spin_seconds
+            while not bell.all_done(seq) and perf_counter() < spin_end:
+                os.sched_yield()
         while True:
             pending = {w for w in pending if not bell.is_done(w, seq)}
             if not pending:

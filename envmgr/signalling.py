@@ -281,7 +281,8 @@ class ParentDoorbell:
         events = poller.poll(timeout_ms)
         parent[WAITING] = NOT_WAITING
         try:
-            while os.read(self.wake_fd, 64):
+            # Usually one byte; a full read means more may be waiting.
+            while len(os.read(self.wake_fd, 256)) == 256:
                 pass
         except (BlockingIOError, InterruptedError):
             pass
