@@ -71,7 +71,7 @@ from envmgr import SubprocessEnvManager  # noqa: E402
 bench_envs.make_picklable()
 
 ALL_ENVS = ["noop", "cartpole", "compute", "image", "straggler"]
-ALL_IMPLS = ["serial", "sync", "async", "envmgr", "envmgr-nocopy", "envpool"]
+ALL_IMPLS = ["serial", "sync", "async", "envmgr", "envmgr-nocopy", "envmgr-firstready", "envpool"]
 DEFAULT_IMPLS = ["serial", "sync", "async", "envmgr", "envpool"]
 #: The peers envmgr is compared with, in table order.
 PEERS = ["serial", "sync", "async", "envpool"]
@@ -128,6 +128,32 @@ class SerialLoop:
             env.close()
 
 
+class FirstReady:
+    """envmgr's first-ready mode: each ``step`` call does one batch's worth of env
+    steps through ``send``/``recv``, serving whichever worker finishes first."""
+
+    def __init__(self, factory: Any, n: int, workers: int) -> None:
+        self.mgr = SubprocessEnvManager(factory, n_workers=workers, envs_per_worker=n // workers)
+        self.workers = workers
+        self.per_worker = n // workers
+        self.started = False
+
+    def reset(self, seed: int | None = None) -> Any:
+        return self.mgr.reset(seed=seed)
+
+    def step(self, actions: np.ndarray) -> None:
+        mgr = self.mgr
+        if not self.started:
+            mgr.send(actions)
+            self.started = True
+        for _ in range(self.workers):
+            *_, ids = mgr.recv(batch_size=self.per_worker)
+            mgr.send(actions[ids], ids)
+
+    def close(self) -> None:
+        self.mgr.close()
+
+
 class EnvpoolCartPole:
     """envpool's C++ CartPole-v1, seeded at construction (envpool's reset takes no seed)."""
 
@@ -177,6 +203,8 @@ def build(impl: str, env: str, n: int, workers: int) -> Any:
         return SubprocessEnvManager(
             factory, n_workers=workers, envs_per_worker=n // workers, copy=(impl == "envmgr")
         )
+    if impl == "envmgr-firstready":
+        return FirstReady(factory, n, workers)
     if impl == "envpool":
         return EnvpoolCartPole(n, threads=workers)
     raise ValueError(f"unknown implementation {impl!r}")
@@ -186,7 +214,7 @@ def applicable(
     impl: str, env: str, n: int, workers: int, args: argparse.Namespace, envpool_ok: bool
 ) -> str | None:
     """``None`` if ``impl`` runs on (env, n); else the reason it is skipped."""
-    if impl in ("envmgr", "envmgr-nocopy") and n % workers:
+    if impl in ("envmgr", "envmgr-nocopy", "envmgr-firstready") and n % workers:
         return f"n_envs={n} is not a multiple of --workers={workers}"
     if (
         impl == "envmgr-nocopy"
@@ -344,7 +372,7 @@ def summarize(result: dict[str, Any]) -> None:
         impl: median([s["parent_cpu_us_per_batch"] for s in ss]) for impl, ss in samples.items()
     }
     ratios: dict[str, dict[str, Any]] = {}
-    for mine in ("envmgr", "envmgr-nocopy"):
+    for mine in ("envmgr", "envmgr-nocopy", "envmgr-firstready"):
         if mine not in by_round:
             continue
         for peer in PEERS:
@@ -529,6 +557,7 @@ LABELS = {
     "async": "Async",
     "envmgr": "envmgr",
     "envmgr-nocopy": "envmgr copy=False",
+    "envmgr-firstready": "envmgr first-ready",
     "envpool": "envpool",
 }
 
@@ -627,6 +656,7 @@ def plot(configs: list[dict[str, Any]], path: Path, title: str) -> None:
         "async": "^",
         "envmgr": "D",
         "envmgr-nocopy": "d",
+        "envmgr-firstready": "P",
         "envpool": "v",
     }
     for ax, env in zip(axes.flat, env_names, strict=False):

@@ -240,9 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  with 2 timers per batch step: {med['with_timers']:,.0f} env-steps/s (median)")
     print(
         f"  ratio with/without: {tp['median_ratio_with_over_without']:.3f} "
-        "(median of per-round ratios: "
-        + ", ".join(f"{r:.3f}" for r in tp["ratio_per_round"])
-        + ")"
+        "(median of per-round ratios: " + ", ".join(f"{r:.3f}" for r in tp["ratio_per_round"]) + ")"
     )
     batch_us = 1e6 * n / med["without_timers"]
     print(

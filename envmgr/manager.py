@@ -122,7 +122,9 @@ def _resolve_layout(
 ) -> tuple[list[EnvFactory], int, int]:
     """Turn the constructor's arguments into (factories, n_workers, envs_per_worker)."""
     for name, value in (("n_workers", n_workers), ("envs_per_worker", envs_per_worker)):
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        if value is not None and (
+            not isinstance(value, int) or isinstance(value, bool) or value < 1
+        ):
             raise ValueError(f"{name} must be a positive int, got {value!r}")
     if callable(env_fns):
         w = n_workers if n_workers is not None else min(2, os.cpu_count() or 1)
@@ -149,7 +151,8 @@ def _resolve_layout(
     if envs_per_worker is not None:
         if n % envs_per_worker:
             raise ValueError(
-                f"{n} env factories cannot be split into groups of envs_per_worker={envs_per_worker}"
+                f"{n} env factories cannot be split into groups of "
+                f"envs_per_worker={envs_per_worker}"
             )
         return fns, n // envs_per_worker, envs_per_worker
     cores = os.cpu_count() or 1
@@ -430,7 +433,9 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
         self._seq += 1
         return self._seq
 
-    def _broadcast(self, make: Callable[[int], Command], workers: Iterable[int] | None = None) -> None:
+    def _broadcast(
+        self, make: Callable[[int], Command], workers: Iterable[int] | None = None
+    ) -> None:
         """Send a pickled command to each worker, then flag it in shared memory."""
         targets = list(range(self.n_workers) if workers is None else workers)
         seq = None
@@ -665,7 +670,11 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
     def _restart_once(
         self, w: int, reason: str, reset: Reset | None
     ) -> tuple[StepResponse | None, str | None]:
-        """One replacement attempt: ``(answer, None)``, or ``(None, why)`` if the new process was lost."""
+        """One replacement attempt.
+
+        Returns:
+            ``(answer, None)``, or ``(None, why)`` if the new process was lost.
+        """
         now = monotonic()
         history = self._restart_times[w]
         if self.restart_window is not None:
@@ -880,7 +889,10 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
     # ================================================================ VectorEnv API
 
     def reset(
-        self, *, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None
+        self,
+        *,
+        seed: int | Sequence[int | None] | None = None,
+        options: dict[str, Any] | None = None,
     ) -> tuple[Any, dict[str, Any]]:
         """Reset every env (or those in ``options["reset_mask"]``).
 
@@ -917,7 +929,8 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
             if not isinstance(mask, np.ndarray) or mask.dtype != np.bool_ or mask.shape != (n,):
                 raise ValueError(
                     f"options['reset_mask'] must be a bool numpy array of shape ({n},), got "
-                    f"{type(mask).__name__} {getattr(mask, 'dtype', '')} {getattr(mask, 'shape', '')}"
+                    f"{type(mask).__name__} {getattr(mask, 'dtype', '')} "
+                    f"{getattr(mask, 'shape', '')}"
                 )
             if not mask.any():
                 raise ValueError("options['reset_mask'] has no True entry: nothing to reset")
@@ -963,7 +976,9 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
         infos = self._infos(answers)
         for w, reason in replaced.items():
             for i in self._env_range(w):
-                infos = self._add_info(infos, {"envmgr_restarted": f"{self._where(w)}: {reason}"}, i)
+                infos = self._add_info(
+                    infos, {"envmgr_restarted": f"{self._where(w)}: {reason}"}, i
+                )
         return self._collect(answers, ship)[0], infos
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
@@ -979,7 +994,9 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
         seq = self._next_seq()
         e = self.envs_per_worker
         if per_env is None:
-            self._bell.announce(range(self.n_workers), seq, KIND_STEP | (SHIP_TIMERS if ship else 0))
+            self._bell.announce(
+                range(self.n_workers), seq, KIND_STEP | (SHIP_TIMERS if ship else 0)
+            )
         else:
             self._broadcast(lambda w: Step(seq, ship, per_env[w * e : (w + 1) * e]))
         self._unshipped = True
@@ -1015,7 +1032,9 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
             envs = self._env_range(w)
             truncations[envs.start : envs.stop] = True
             for i in envs:
-                infos = self._add_info(infos, {"envmgr_restarted": f"{self._where(w)}: {reason}"}, i)
+                infos = self._add_info(
+                    infos, {"envmgr_restarted": f"{self._where(w)}: {reason}"}, i
+                )
         return obs, rewards, terminations, truncations, infos
 
     # ---------------------------------------------------------------- first-ready
@@ -1046,7 +1065,9 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
         e = self.envs_per_worker
         ids = np.arange(self.num_envs) if env_ids is None else np.asarray(env_ids, dtype=np.int64)
         workers = sorted(set((ids // e).tolist()))
-        expected = np.concatenate([np.arange(w * e, (w + 1) * e) for w in workers]) if workers else ids
+        expected = (
+            np.concatenate([np.arange(w * e, (w + 1) * e) for w in workers]) if workers else ids
+        )
         if ids.ndim != 1 or not np.array_equal(np.sort(ids), expected):
             raise ValueError(
                 f"env_ids must cover whole workers ({e} consecutive envs each, as recv returns "
@@ -1054,13 +1075,13 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
             )
         busy = [w for w in workers if w in self._inflight]
         if busy:
-            raise ValueError(f"{self._where(busy[0])} already has a step in flight: recv() it first")
+            raise ValueError(
+                f"{self._where(busy[0])} already has a step in flight: recv() it first"
+            )
         buffers = self._buffers
         assert buffers is not None
         if buffers.actions is None or buffers.observations is None:
-            raise ValueError(
-                "send/recv needs observation and action spaces that fit shared memory"
-            )
+            raise ValueError("send/recv needs observation and action spaces that fit shared memory")
         if self.check_actions:
             checker = self._sub_checkers.get(len(ids))
             if checker is None:
@@ -1117,7 +1138,9 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
                                 replaced[w] = reason
                             continue
                         wait_ms = min(wait_ms, int(left * 1000) + 1)
-                    events = bell.wait(lambda: len(ready()) >= need, self._poller, wait_ms, WAIT_ANY)
+                    events = bell.wait(
+                        lambda: len(ready()) >= need, self._poller, wait_ms, WAIT_ANY
+                    )
                     for fd, _ in events:
                         w = self._sentinel_owner.get(fd)
                         if w is not None and w not in self._inflight:
@@ -1163,7 +1186,9 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
         for w, reason in replaced.items():
             truncations[np.isin(ids, self._env_range(w))] = True
             for i in self._env_range(w):
-                infos = self._add_info(infos, {"envmgr_restarted": f"{self._where(w)}: {reason}"}, i)
+                infos = self._add_info(
+                    infos, {"envmgr_restarted": f"{self._where(w)}: {reason}"}, i
+                )
         return obs, rewards, terminations, truncations, _take_info(infos, ids), ids
 
     def _timeout(self, timeout: float | None) -> float | None:
@@ -1226,7 +1251,7 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
         return self.call(name)
 
     def set_attr(self, name: str, values: Any) -> None:
-        """Set attribute ``name`` on every env: one value for all, or a list/tuple of one per env."""
+        """Set attribute ``name`` on every env: one value for all, or one per env."""
         self._check_idle("set_attr")
         if not isinstance(values, (list, tuple)):
             values = [values] * self.num_envs
@@ -1235,7 +1260,9 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
         seq = self._next_seq()
         e = self.envs_per_worker
         self._broadcast(lambda w: SetAttr(seq, name, tuple(values[w * e : (w + 1) * e])))
-        answers: dict[int, Ack] = self._gather(range(self.n_workers), seq, self.step_timeout, "set_attr")
+        answers: dict[int, Ack] = self._gather(
+            range(self.n_workers), seq, self.step_timeout, "set_attr"
+        )
         assert len(answers) == self.n_workers
 
     def render(self) -> tuple[Any, ...]:
@@ -1271,7 +1298,7 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
         procs, conns = self._processes, self._conns
         self._processes, self._conns = [], []
         seq = self._next_seq() if hasattr(self, "_seq") else 0
-        for proc, conn in zip(procs, conns):
+        for proc, conn in zip(procs, conns, strict=True):
             if proc.is_alive():
                 try:
                     conn.send(Close(seq))
@@ -1354,7 +1381,7 @@ def _copy_tree(dst: Any, src: Any) -> None:
         for k, d in dst.items():
             _copy_tree(d, src[k])
     elif isinstance(dst, tuple):
-        for d, s in zip(dst, src):
+        for d, s in zip(dst, src, strict=True):
             _copy_tree(d, s)
     else:
         dst[...] = src

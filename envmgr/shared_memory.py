@@ -35,7 +35,9 @@ _FIXED = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spa
 _TRACK_PARAM = "track" in inspect.signature(shared_memory.SharedMemory).parameters
 
 
-def _register_all_but_shared_memory(register: Callable[[str, str], None]) -> Callable[[str, str], None]:
+def _register_all_but_shared_memory(
+    register: Callable[[str, str], None],
+) -> Callable[[str, str], None]:
     def register_filtered(name: str, rtype: str) -> None:
         if rtype != "shared_memory":
             register(name, rtype)

@@ -67,7 +67,7 @@ _fence_lock = threading.Lock()
 
 
 def fence() -> None:
-    """A full memory barrier: a locked read-modify-write orders earlier stores before later loads."""
+    """A full memory barrier: a locked read-modify-write orders stores before later loads."""
     _fence_lock.acquire()
     _fence_lock.release()
 

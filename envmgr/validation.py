@@ -18,6 +18,7 @@ import numpy as np
 __all__ = ["ActionChecker"]
 
 _LeafCheck = Callable[[Any, str], None]
+_UNSIGNED = {k: np.dtype(f"u{k}") for k in (1, 2, 4, 8)}
 
 
 class ActionChecker:
@@ -75,8 +76,10 @@ class ActionChecker:
 
             def check_tuple(x: Any, p: str) -> None:
                 if not isinstance(x, (tuple, list)) or len(x) != len(items):
-                    raise ValueError(f"{p} must be a tuple of {len(items)} batches, got {type(x).__name__}")
-                for i, (c, v) in enumerate(zip(items, x)):
+                    raise ValueError(
+                        f"{p} must be a tuple of {len(items)} batches, got {type(x).__name__}"
+                    )
+                for i, (c, v) in enumerate(zip(items, x, strict=True)):
                     c(v, f"{p}[{i}]")
 
             return check_tuple
@@ -92,7 +95,9 @@ class ActionChecker:
         # gymnasium's own membership test speak per env.
         return self._generic_leaf(space)
 
-    def _shape_array(self, x: Any, p: str, shape: tuple[int, ...], space: gym.Space[Any]) -> np.ndarray:
+    def _shape_array(
+        self, x: Any, p: str, shape: tuple[int, ...], space: gym.Space[Any]
+    ) -> np.ndarray:
         a = np.asarray(x)
         expected = (self.num_envs, *shape)
         if a.shape != expected:
@@ -105,7 +110,9 @@ class ActionChecker:
         flat = np.flatnonzero(bad.reshape(self.num_envs, -1).any(axis=1))
         return int(flat[0])
 
-    def _integer_leaf(self, space: gym.Space[Any], shape: tuple[int, ...], low: Any, high: Any) -> _LeafCheck:
+    def _integer_leaf(
+        self, space: gym.Space[Any], shape: tuple[int, ...], low: Any, high: Any
+    ) -> _LeafCheck:
         lo, hi = np.asarray(low), np.asarray(high)
         scalar = lo.ndim == 0 and hi.ndim == 0
         span = int(hi - lo) if scalar else 0
@@ -118,9 +125,7 @@ class ActionChecker:
                     fractional = ~np.isfinite(a) | (a != np.round(a))
                     first = self._first_bad(fractional) if fractional.any() else 0
                     where = f"; the action for {self._where(first)} is {a[first].tolist()}"
-                raise ValueError(
-                    f"{p} has dtype {a.dtype}, expected integers for {space}{where}"
-                )
+                raise ValueError(f"{p} has dtype {a.dtype}, expected integers for {space}{where}")
             if scalar:
                 if not a.size:
                     return
@@ -129,7 +134,7 @@ class ActionChecker:
                     # 0 and read as unsigned, a value below the range wraps to a
                     # huge one, so max() alone finds both kinds of offender.
                     shifted = a - lo if lo else a
-                    if shifted.view(f"u{shifted.dtype.itemsize}").max() <= span:
+                    if shifted.view(_UNSIGNED[shifted.dtype.itemsize]).max() <= span:
                         return
                 elif a.min() >= lo and a.max() <= hi:
                     return
@@ -139,7 +144,9 @@ class ActionChecker:
                 if not bad.any():
                     return
             i = self._first_bad(bad)
-            raise ValueError(f"{p}: the action for {self._where(i)} is {a[i].tolist()}, outside {space}")
+            raise ValueError(
+                f"{p}: the action for {self._where(i)} is {a[i].tolist()}, outside {space}"
+            )
 
         return check
 
@@ -163,7 +170,9 @@ class ActionChecker:
                     )
             if is_float and a.dtype.kind == "f" and not np.isfinite(a).all():
                 i = self._first_bad(~np.isfinite(a))
-                raise ValueError(f"{p}: the action for {self._where(i)} is {a[i].tolist()}, not finite")
+                raise ValueError(
+                    f"{p}: the action for {self._where(i)} is {a[i].tolist()}, not finite"
+                )
             if bounded:
                 bad = (a < lo) | (a > hi)
                 if bad.any():
@@ -182,6 +191,8 @@ class ActionChecker:
                 raise ValueError(f"{p} has {len(items)} entries, expected num_envs={self.num_envs}")
             for i, item in enumerate(items):
                 if not space.contains(item):
-                    raise ValueError(f"{p}: the action for {self._where(i)} is {item!r}, outside {space}")
+                    raise ValueError(
+                        f"{p}: the action for {self._where(i)} is {item!r}, outside {space}"
+                    )
 
         return check
