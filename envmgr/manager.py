@@ -319,7 +319,7 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
             raise
         self.closed = False
         _LIVE_MANAGERS.add(self)
-        self._unhook = timers.register_flush_hook(self._flush_hook)
+        self._unhook: Callable[[], None] | None = timers.register_flush_hook(self._flush_hook)
 
     # ================================================================ start-up
 
@@ -392,7 +392,7 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
             layout=layout,
             death_signal=threading.current_thread() is threading.main_thread(),
         )
-        proc = self._ctx.Process(
+        proc = self._ctx.Process(  # type: ignore[attr-defined]
             target=worker_main,
             args=(child_conn, self._wake_w, config),
             name=f"envmgr-worker-{w}",
@@ -500,7 +500,7 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
                     pass
             if on_lost is None:
                 self._fail(w, reason, timed_out)
-            answers[w] = on_lost(w, reason, timed_out)
+            answers[w] = on_lost(w, reason, timed_out)  # type: ignore[misc]
 
         while pending:
             wait_ms = None if deadline is None else max(0, int((deadline - monotonic()) * 1000) + 1)
@@ -577,8 +577,9 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
                     break
                 wait_ms = min(wait_ms, int(left * 1000) + 1)
             for fd, _ in bell.wait(lambda: bell.all_done(seq), self._poller, wait_ms):
-                w = self._sentinel_owner.get(fd)
-                if w is not None and w in pending and not bell.is_done(w, seq):
+                owner = self._sentinel_owner.get(fd)
+                if owner is not None and owner in pending and not bell.is_done(owner, seq):
+                    w = owner
                     reason = self._exit_reason(w, seq, "step")
                     fresh[w] = self._replace_or_fail(w, reason, False)
                     replaced[w] = reason
@@ -718,6 +719,7 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
             ready = self._gather([w], -1, self.start_timeout, "restart", lost).get(w)
             if failures:
                 return None, failures[0]
+            assert ready is not None
             self.worker_pids[w] = ready.pid
             seq = self._next_seq()
             if reset is None:
@@ -1142,8 +1144,11 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
                         lambda: len(ready()) >= need, self._poller, wait_ms, WAIT_ANY
                     )
                     for fd, _ in events:
-                        w = self._sentinel_owner.get(fd)
-                        if w is not None and w not in self._inflight:
+                        owner = self._sentinel_owner.get(fd)
+                        if owner is None:
+                            continue
+                        w = owner
+                        if w not in self._inflight:
                             # Died while idle: the next send to it deals with it. Stop
                             # polling its sentinel meanwhile, or poll() returns at once
                             # and this loop spins.
@@ -1314,10 +1319,14 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
             if proc.is_alive():
                 proc.kill()
                 proc.join(1.0)
-        for conn in [*conns, getattr(self, "_wake_r", None), getattr(self, "_wake_w", None)]:
-            if conn is not None:
-                conn.close()
-        self._wake_r = self._wake_w = None
+        wake: list[Connection | None] = [
+            getattr(self, "_wake_r", None),
+            getattr(self, "_wake_w", None),
+        ]
+        for pipe_end in [*conns, *wake]:
+            if pipe_end is not None:
+                pipe_end.close()
+        self._wake_r = self._wake_w = None  # type: ignore[assignment]
         for proc in procs:
             try:
                 proc.close()
@@ -1343,7 +1352,8 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
             pass
 
     def __repr__(self) -> str:
-        name = self.spec.id if getattr(self, "spec", None) is not None else "envs"
+        spec = getattr(self, "spec", None)
+        name = spec.id if spec is not None else "envs"
         return (
             f"SubprocessEnvManager({name}, num_envs={self.num_envs}, n_workers={self.n_workers}, "
             f"envs_per_worker={self.envs_per_worker}, context={self.context!r})"

@@ -208,7 +208,7 @@ class SharedBuffers:
         # segment (with a "leaked" warning) when the worker exits, even while the
         # manager still uses it.
         if _TRACK_PARAM:  # Python >= 3.13
-            shm = shared_memory.SharedMemory(name=layout.name, create=False, track=False)
+            shm = shared_memory.SharedMemory(name=layout.name, create=False, track=False)  # type: ignore[call-arg]
         else:
             register = resource_tracker.register
             resource_tracker.register = _register_all_but_shared_memory(register)  # type: ignore[assignment]

@@ -107,7 +107,7 @@ class WorkerDoorbell:
     ) -> None:
         # Plain memoryviews: reading one word costs half what numpy indexing does.
         self.row = memoryview(control[worker_index])
-        self.words = memoryview(control.reshape(-1))
+        self.words = memoryview(control.reshape(-1))  # type: ignore[arg-type]
         self.n_workers = control.shape[0] - 1
         self.parent = memoryview(control[-1])
         self.conn = conn
@@ -212,7 +212,7 @@ class ParentDoorbell:
 
     def __init__(self, control: np.ndarray, conns: list[Connection], wake_fd: int) -> None:
         self.control = control
-        self.words = memoryview(control.reshape(-1))
+        self.words = memoryview(control.reshape(-1))  # type: ignore[arg-type]
         self.n_workers = control.shape[0] - 1
         self.parent = memoryview(control[-1])
         self.conns = conns

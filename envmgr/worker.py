@@ -363,7 +363,7 @@ def _error(
 ) -> ErrorResponse:
     try:
         payload: bytes | None = cloudpickle.dumps(exc)
-        pickle.loads(payload)  # a type that pickles but cannot load would fail in the parent
+        pickle.loads(payload)  # type: ignore[arg-type]  # would fail in the parent too
     except Exception:
         payload = None
     return ErrorResponse(
@@ -513,10 +513,10 @@ def worker_main(conn: Connection, wake: Connection, config: WorkerConfig) -> Non
                 answer = worker.handle(cmd)
             except BaseException as exc:
                 phase = type(cmd).__name__.lower()
-                env = worker.current_env
+                failed_env = worker.current_env
                 worker.current_env = None
-                env_index = None if env is None else worker.env_index(env)
-                answer = _error(config, cmd.seq, env_index, phase, exc)
+                failed_index = None if failed_env is None else worker.env_index(failed_env)
+                answer = _error(config, cmd.seq, failed_index, phase, exc)
             t2 = perf_counter()
             if fast:
                 # Steps announced in shared memory answer there too; the pipe
