@@ -44,7 +44,7 @@ from envmgr.messages import (
 )
 from envmgr.shared_memory import SharedBuffers, tree_map
 from envmgr.signalling import SHIP_TIMERS, WorkerDoorbell
-from envmgr.timers import TimerNode, TimerStack
+from envmgr.timers import TimerNode, get_default_stack
 
 __all__ = ["worker_main"]
 
@@ -65,7 +65,11 @@ class _Timers:
     """
 
     def __init__(self) -> None:
-        self.stack = TimerStack()
+        # The thread's default stack, so timers and gauges that env code sets
+        # through envmgr.timers ship with the worker's tree (nested under the
+        # ``step`` / ``reset`` node that is open while the env runs).
+        self.stack = get_default_stack()
+        self.stack.reset()
         self._bind()
 
     def _bind(self) -> None:
@@ -152,9 +156,9 @@ class _Worker:
 
     def handle(self, cmd: Command) -> Any:
         if isinstance(cmd, Step):
-            return self.step(cmd)
+            return self._within("step", self.step, cmd)
         if isinstance(cmd, Reset):
-            return self.reset(cmd)
+            return self._within("reset", self.reset, cmd)
         if isinstance(cmd, Call):
             return self.call(cmd)
         if isinstance(cmd, SetAttr):
@@ -167,6 +171,21 @@ class _Worker:
             self.attach(cmd.layout)
             return Ack(self.config.worker_index, cmd.seq)
         raise TypeError(f"worker {self.config.worker_index}: unknown command {cmd!r}")
+
+    def _within(self, name: str, run: Callable[[Any], StepResponse], cmd: Any) -> StepResponse:
+        """Run ``run(cmd)`` with timer ``name`` open, so env code's own timers nest there.
+
+        The node's time is added by ``run`` itself; the stack only places children.
+        """
+        stack = self.timers.stack
+        stack.push(name)
+        try:
+            answer = run(cmd)
+        finally:
+            stack.pop()
+        if cmd.ship_timers:
+            answer = self._response(answer.seq, answer.infos, answer.observations, True)
+        return answer
 
     def step(self, cmd: Step) -> StepResponse:
         t_start = perf_counter()
@@ -233,7 +252,7 @@ class _Worker:
         if n_resets:
             timers.step_autoreset.add_time(t_reset, n_resets)
         timers.step.add_time(perf_counter() - t_start)
-        return self._response(cmd.seq, tuple(infos), obs_out, cmd.ship_timers)
+        return self._response(cmd.seq, tuple(infos), obs_out, False)  # timers: see _within
 
     def _read_actions(self) -> list[Any]:
         """This worker's actions from shared memory, one per env, as private copies.
@@ -303,7 +322,7 @@ class _Worker:
         obs_out = self._publish(obs_list, rewards, terms, truncs)
         self.timers.reset_env.add_time(t_env, count)
         self.timers.reset.add_time(perf_counter() - t_start)
-        return self._response(cmd.seq, tuple(infos), obs_out, cmd.ship_timers)
+        return self._response(cmd.seq, tuple(infos), obs_out, False)  # timers: see _within
 
     def call(self, cmd: Call) -> CallResponse:
         results = []
