@@ -18,6 +18,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 __all__ = ["main"]
@@ -169,18 +170,29 @@ def _timers_workers(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-# ------------------------------------------------------------------ bench (not here)
+# ------------------------------------------------------------------ bench
 
 
 def _bench(args: argparse.Namespace) -> int:
-    # TODO(benchmarks owner): `envmgr bench` is deliberately not implemented in the CLI; the
-    # benchmarks live in benchmarks/throughput.py and are owned separately. Replace this stub
-    # once that script exposes an entry point to call from here.
-    print(
-        "envmgr bench is not available from the CLI yet: run python benchmarks/throughput.py",
-        file=sys.stderr,
-    )
-    return EXIT_USAGE
+    """Run benchmarks/throughput.py from the source tree, passing the arguments on."""
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "throughput.py"
+    if not script.is_file():
+        raise _CommandError(
+            "the benchmark suite lives in the source tree (benchmarks/throughput.py); "
+            "install envmgr from a checkout (pip install -e .) to run it"
+        )
+    import runpy
+
+    saved = sys.argv
+    sys.argv = [str(script), *getattr(args, "extra", [])]
+    try:
+        runpy.run_path(str(script), run_name="__main__")
+    except SystemExit as exc:
+        code = exc.code
+        return code if isinstance(code, int) else (0 if code is None else EXIT_BAD_FILE)
+    finally:
+        sys.argv = saved
+    return EXIT_OK
 
 
 # ------------------------------------------------------------------ parser
@@ -353,9 +365,14 @@ def _parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser(
         "bench",
-        help="not here yet: run python benchmarks/throughput.py",
-        description="Not implemented in the CLI: run python benchmarks/throughput.py.",
+        help="run the benchmark suite (benchmarks/throughput.py) side by side with peers",
+        description="Run benchmarks/throughput.py: envmgr against the serial loop, "
+        "Gymnasium's Sync/AsyncVectorEnv and EnvPool, with a progress bar; prints the "
+        "table and writes JSON and a plot. Every further argument goes to the script "
+        "(see `envmgr bench --help-suite`, or benchmarks/README.md).",
+        add_help=False,
     )
+    bench.add_argument("--help-suite", action="store_true", help=argparse.SUPPRESS)
     bench.set_defaults(func=_bench)
     return parser
 
@@ -371,6 +388,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # `envmgr` or `envmgr timers` without an action: show what there is to choose from.
         getattr(args, "parser", parser).print_help(sys.stderr)
         return EXIT_USAGE
+    args.extra = extra
+    if func is _bench and getattr(args, "help_suite", False):
+        args.extra = ["--help", *extra]
     try:
         return int(func(args))
     except _CommandError as exc:

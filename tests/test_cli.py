@@ -209,10 +209,29 @@ def test_usage_errors_exit_2(args: list[str]) -> None:
     assert "Traceback" not in proc.stderr
 
 
-def test_bench_is_a_stub_pointing_at_the_benchmarks() -> None:
-    proc = envmgr("bench", "--anything")
+def test_bench_runs_the_suite_and_writes_json(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    proc = envmgr(
+        "bench", "--envs", "noop", "--n-envs", "4", "--impls", "serial,envmgr",
+        "--repeats", "1", "--seconds", "0.2", "--warmup", "0.1", "--skip-extras",
+        "--no-plot", "--out", out, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "| noop | 4 |" in proc.stdout
+    result = json.loads(out.read_text())
+    config = result["configs"][0] if "configs" in result else result
+    assert "envmgr" in json.dumps(config)
+
+
+def test_bench_passes_help_to_the_suite() -> None:
+    proc = envmgr("bench", "--help-suite")
+    assert proc.returncode == 0
+    assert "--n-envs" in proc.stdout
+
+
+def test_bench_bad_suite_argument_is_a_usage_error() -> None:
+    proc = envmgr("bench", "--no-such-flag")
     assert proc.returncode == 2
-    assert "run python benchmarks/throughput.py" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 

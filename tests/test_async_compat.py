@@ -1,0 +1,96 @@
+"""Code written against gymnasium's AsyncVectorEnv runs unchanged on envmgr."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
+from gymnasium.vector import AsyncVectorEnv
+
+from envmgr import SubprocessEnvManager
+
+pytestmark = pytest.mark.timeout(90)
+
+
+class _Frames(gym.Wrapper):  # type: ignore[type-arg]
+    """CartPole whose render returns a small frame (no pygame needed)."""
+
+    @property
+    def render_mode(self) -> str:
+        return "rgb_array"
+
+    def render(self) -> np.ndarray:
+        return np.full((4, 6, 3), int(self.env.unwrapped.steps_beyond_terminated or 0), np.uint8)
+
+
+def _cartpole() -> gym.Env:  # type: ignore[type-arg]
+    return _Frames(gym.make("CartPole-v1"))
+
+
+def written_for_async_vector_env(make: Callable[..., Any]) -> dict[str, Any]:
+    """A user's loop using AsyncVectorEnv's own API and errors, returning what it saw."""
+    seen: dict[str, Any] = {}
+    envs = make([_cartpole] * 4, shared_memory=True, copy=True, context="fork", daemon=True)
+    try:
+        envs.reset_async(seed=11)
+        obs, infos = envs.reset_wait(timeout=30)
+        seen["reset"] = obs
+        rewards = []
+        for t in range(60):
+            envs.step_async(np.array([t % 2, 1, 0, (t // 3) % 2]))
+            obs, rew, term, trunc, infos = envs.step_wait(timeout=30)
+            rewards.append(rew)
+        seen["last_obs"] = obs
+        seen["rewards"] = np.stack(rewards)
+        envs.call_async("get_wrapper_attr", "gravity")
+        seen["gravity"] = envs.call_wait(timeout=30)
+        seen["spec_ids"] = [s.id for s in envs.get_attr("spec")]
+        envs.set_attr("gravity", [9.0, 9.5, 10.0, 10.5])
+        seen["gravity_after"] = envs.get_attr("gravity")
+        seen["frames"] = [f.shape for f in envs.render()]
+        with pytest.raises(NoAsyncCallError):
+            envs.step_wait()
+        envs.step_async(np.zeros(4, dtype=np.int64))
+        with pytest.raises(AlreadyPendingCallError):
+            envs.step_async(np.zeros(4, dtype=np.int64))
+        envs.step_wait(timeout=30)
+    finally:
+        envs.close()
+    with pytest.raises(ClosedEnvironmentError):
+        envs.step(np.zeros(4, dtype=np.int64))
+    return seen
+
+
+def test_asyncvectorenv_code_runs_unchanged_and_sees_the_same_results() -> None:
+    expected = written_for_async_vector_env(AsyncVectorEnv)
+    got = written_for_async_vector_env(SubprocessEnvManager)
+    for key in ("reset", "last_obs", "rewards"):
+        np.testing.assert_array_equal(got[key], expected[key], err_msg=key)
+    for key in ("gravity", "spec_ids", "gravity_after", "frames"):
+        assert list(got[key]) == list(expected[key]), key
+
+
+def test_step_wait_timeout_is_a_multiprocessing_timeout_error() -> None:
+    # AsyncVectorEnv raises multiprocessing.TimeoutError; except clauses for it still work.
+    from envs import SleepyEnv
+
+    with SubprocessEnvManager(
+        lambda: SleepyEnv(explode_at=1, seconds=30), 1, 1, context="fork"
+    ) as envs:
+        envs.reset(seed=0)
+        envs.step(np.zeros(1, dtype=np.int64))
+        envs.step_async(np.zeros(1, dtype=np.int64))
+        with pytest.raises(mp.TimeoutError):
+            envs.step_wait(timeout=0.5)
+
+
+def test_unsupported_asyncvectorenv_arguments_say_so() -> None:
+    with pytest.raises(TypeError, match="worker="):
+        SubprocessEnvManager([_cartpole] * 2, worker=lambda *a: None)
+    with pytest.raises(ValueError, match="observation_mode"):
+        SubprocessEnvManager([_cartpole] * 2, observation_mode="different")
