@@ -79,9 +79,12 @@ __all__ = ["SubprocessEnvManager", "default_start_method", "DEFAULT_SPIN_SECONDS
 
 EnvFactory = Callable[[], gym.Env[Any, Any]]
 
-#: How long a worker busy-polls (yielding its core) for the next command
-#: before it blocks. See the README's performance section for how it was chosen.
-DEFAULT_SPIN_SECONDS = 200e-6
+#: How long a worker busy-polls (yielding its core) for the next command before
+#: it blocks. Measured with benchmarks/probe.py spin on a 2-vCPU VM: waking a
+#: sleeping worker costs far more there than the 20 µs of a pipe hop (an idle
+#: vCPU must be woken by the host), and budgets of 1-2 ms beat 0.2 ms by
+#: 10-30% on compute-bound and CartPole batches; longer only burns idle CPU.
+DEFAULT_SPIN_SECONDS = 1e-3
 #: How often workers ship their timer trees during a steady stepping loop.
 DEFAULT_TIMER_INTERVAL = 1.0
 
@@ -186,9 +189,11 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
             next ``step``/``reset`` overwrites: copy what you keep.
         autoreset_mode: Gymnasium autoreset mode; next-step by default.
         spin_seconds: How long a worker busy-polls for the next command before
-            blocking (``0`` blocks at once). Spinning saves a wake-up (about
-            20 µs here) per step while stepping; it yields the core, so it does
-            not starve other processes.
+            blocking (``0`` blocks at once; default 1 ms). Spinning saves a
+            wake-up per step while stepping (on a VM, waking an idle vCPU costs
+            much more than the ~20 µs of a pipe hop); it yields the core on every
+            turn, so it does not starve other processes, but an idle worker burns
+            up to this much CPU after each command before it sleeps.
         parent_spin_seconds: How long ``step_wait`` busy-polls (yielding) for the
             workers to finish before it sleeps. Off by default: on a machine with
             no spare core the parent's spinning competes with the workers.

@@ -1,0 +1,143 @@
+"""Small probes behind the design choices in benchmarks/README.md.
+
+Run from the repository root:
+
+    python benchmarks/probe.py cores              # are the 2 CPUs equally fast right now?
+    python benchmarks/probe.py spin  --env compute --n 16
+    python benchmarks/probe.py layout --env cartpole --n 64 --workers 2,4,8
+
+``cores``: one CartPole loop alone, then two copies at once in separate processes
+(no communication at all); if a concurrent copy is slower than the lone one, the
+machine's second CPU is not a full core at that moment, and no multi-process
+stepping can reach 2x there.
+
+``spin`` and ``layout``: envmgr against the serial loop over the same envs, in
+interleaved rounds (median of per-round ratios), for several worker spin budgets
+or several worker counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import envs as bench_envs  # noqa: E402
+
+from envmgr import SubprocessEnvManager  # noqa: E402
+
+
+def _cartpole_loop(seconds: float) -> float:
+    envs = [bench_envs.FACTORIES["cartpole"]() for _ in range(32)]
+    for i, e in enumerate(envs):
+        e.reset(seed=i)
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        for e in envs:
+            _, _, term, trunc, _ = e.step(n % 2)
+            n += 1
+            if term or trunc:
+                e.reset()
+    return (time.perf_counter() - t0) / n * 1e6
+
+
+def cores(args: argparse.Namespace) -> None:
+    for _ in range(args.rounds):
+        alone = _cartpole_loop(args.seconds)
+        r, w = os.pipe()
+        pids = []
+        for _k in range(2):
+            pid = os.fork()
+            if pid == 0:
+                os.close(r)
+                os.write(w, f"{_cartpole_loop(args.seconds):.2f} ".encode())
+                os._exit(0)
+            pids.append(pid)
+        os.close(w)
+        for pid in pids:
+            os.waitpid(pid, 0)
+        together = os.read(r, 100).decode().split()
+        os.close(r)
+        print(f"CartPole µs/step: alone {alone:.2f}; two at once {' and '.join(together)}")
+
+
+def _compare(env: str, n: int, configs: list[dict[str, Any]], steps: int, rounds: int) -> None:
+    factory = bench_envs.FACTORIES[env]
+    serial = [factory() for _ in range(n)]
+    for i, e in enumerate(serial):
+        e.reset(seed=i)
+    managers = []
+    for cfg in configs:
+        m = SubprocessEnvManager(factory, **cfg)
+        m.reset(seed=0)
+        managers.append(m)
+    actions = np.random.default_rng(0).integers(0, 2, size=(steps, n))
+    rates: list[list[float]] = [[] for _ in configs]
+    serial_rates = []
+    try:
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            for a in actions:
+                for e, x in zip(serial, a, strict=True):
+                    _, _, term, trunc, _ = e.step(x)
+                    if term or trunc:
+                        e.reset()
+            serial_rates.append(n * steps / (time.perf_counter() - t0))
+            for k, m in enumerate(managers):
+                for a in actions[:5]:
+                    m.step(a)
+                t0 = time.perf_counter()
+                for a in actions:
+                    m.step(a)
+                rates[k].append(n * steps / (time.perf_counter() - t0))
+    finally:
+        for m in managers:
+            m.close()
+    print(f"{env}, {n} envs: serial median {statistics.median(serial_rates):,.0f} env-steps/s")
+    for cfg, rs in zip(configs, rates, strict=True):
+        ratio = statistics.median(a / b for a, b in zip(rs, serial_rates, strict=True))
+        print(f"  {cfg}: median {statistics.median(rs):,.0f} env-steps/s, {ratio:.2f}x serial")
+
+
+def spin(args: argparse.Namespace) -> None:
+    budgets = [float(s) for s in args.budgets.split(",")]
+    configs = [{"n_workers": 2, "envs_per_worker": args.n // 2, "spin_seconds": b} for b in budgets]
+    _compare(args.env, args.n, configs, args.steps, args.rounds)
+
+
+def layout(args: argparse.Namespace) -> None:
+    configs = [
+        {"n_workers": int(w), "envs_per_worker": args.n // int(w)} for w in args.workers.split(",")
+    ]
+    _compare(args.env, args.n, configs, args.steps, args.rounds)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    sub = p.add_subparsers(dest="probe", required=True)
+    c = sub.add_parser("cores")
+    c.add_argument("--seconds", type=float, default=2.0)
+    c.add_argument("--rounds", type=int, default=3)
+    c.set_defaults(func=cores)
+    for name, func in (("spin", spin), ("layout", layout)):
+        s = sub.add_parser(name)
+        s.add_argument("--env", default="compute", choices=sorted(bench_envs.FACTORIES))
+        s.add_argument("--n", type=int, default=16)
+        s.add_argument("--steps", type=int, default=60)
+        s.add_argument("--rounds", type=int, default=7)
+        s.set_defaults(func=func)
+    sub.choices["spin"].add_argument("--budgets", default="0,0.0002,0.0005,0.001,0.002")
+    sub.choices["layout"].add_argument("--workers", default="2,4,8")
+    args = p.parse_args()
+    args.func(args)
+
+
+if __name__ == "__main__":
+    main()
