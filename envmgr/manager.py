@@ -72,7 +72,7 @@ from envmgr.messages import (
 )
 from envmgr.shared_memory import SharedBuffers, SharedLayout, tree_map
 from envmgr.signalling import KIND_PIPE, KIND_STEP, SHIP_TIMERS, WAIT_ANY, ParentDoorbell
-from envmgr.validation import ActionChecker
+from envmgr.validation import ActionChecker, reset_arguments
 from envmgr.worker import worker_main
 
 __all__ = ["SubprocessEnvManager", "default_start_method", "DEFAULT_SPIN_SECONDS"]
@@ -921,26 +921,7 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
         """Send a reset to the workers without waiting (see :meth:`reset`)."""
         self._check_idle("reset_async")
         n = self.num_envs
-        if seed is None:
-            seeds: list[int | None] = [None] * n
-        elif isinstance(seed, (int, np.integer)):
-            seeds = [int(seed) + i for i in range(n)]
-        else:
-            seeds = list(seed)
-            if len(seeds) != n:
-                raise ValueError(f"got {len(seeds)} seeds for num_envs={n}: pass one per env")
-        mask: np.ndarray | None = None
-        if options is not None and "reset_mask" in options:
-            options = dict(options)
-            mask = options.pop("reset_mask")
-            if not isinstance(mask, np.ndarray) or mask.dtype != np.bool_ or mask.shape != (n,):
-                raise ValueError(
-                    f"options['reset_mask'] must be a bool numpy array of shape ({n},), got "
-                    f"{type(mask).__name__} {getattr(mask, 'dtype', '')} "
-                    f"{getattr(mask, 'shape', '')}"
-                )
-            if not mask.any():
-                raise ValueError("options['reset_mask'] has no True entry: nothing to reset")
+        seeds, options, mask = reset_arguments(seed, options, n)
         workers = [
             w for w in range(self.n_workers) if mask is None or mask[self._env_range(w)].any()
         ]

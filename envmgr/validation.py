@@ -9,13 +9,13 @@ the action space, so the hot path is a few numpy reductions.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
-__all__ = ["ActionChecker"]
+__all__ = ["ActionChecker", "reset_arguments"]
 
 _LeafCheck = Callable[[Any, str], None]
 _UNSIGNED = {k: np.dtype(f"u{k}") for k in (1, 2, 4, 8)}
@@ -196,3 +196,44 @@ class ActionChecker:
                     )
 
         return check
+
+
+def reset_arguments(
+    seed: int | Sequence[int | None] | None, options: dict[str, Any] | None, num_envs: int
+) -> tuple[list[int | None], dict[str, Any] | None, np.ndarray | None]:
+    """Check ``reset``'s arguments and spread them over the envs, as ``SyncVectorEnv`` does.
+
+    Args:
+        seed: ``None`` (random), an int ``s`` (env ``i`` gets ``s + i``), or one per env.
+        options: Passed to every env; a ``"reset_mask"`` entry selects the envs to reset.
+        num_envs: Batch size.
+
+    Returns:
+        One seed per env, the options without ``"reset_mask"`` (the caller's dict is
+        not modified), and the mask (``None``: reset all).
+
+    Raises:
+        ValueError: A seed list of the wrong length, or a mask that is not a bool
+            array of shape ``(num_envs,)`` with at least one ``True``.
+    """
+    if seed is None:
+        seeds: list[int | None] = [None] * num_envs
+    elif isinstance(seed, (int, np.integer)):
+        seeds = [int(seed) + i for i in range(num_envs)]
+    else:
+        seeds = list(seed)
+        if len(seeds) != num_envs:
+            raise ValueError(f"got {len(seeds)} seeds for num_envs={num_envs}: pass one per env")
+    mask: np.ndarray | None = None
+    if options is not None and "reset_mask" in options:
+        options = dict(options)
+        mask = options.pop("reset_mask")
+        if not isinstance(mask, np.ndarray) or mask.dtype != np.bool_ or mask.shape != (num_envs,):
+            raise ValueError(
+                f"options['reset_mask'] must be a bool numpy array of shape ({num_envs},), got "
+                f"{type(mask).__name__} {getattr(mask, 'dtype', '')} "
+                f"{getattr(mask, 'shape', '')}"
+            )
+        if not mask.any():
+            raise ValueError("options['reset_mask'] has no True entry: nothing to reset")
+    return seeds, options, mask

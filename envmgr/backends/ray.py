@@ -66,7 +66,7 @@ from envmgr.errors import (
 )
 from envmgr.messages import Ready, StepResponse
 from envmgr.timers import GaugeNode, TimerNode
-from envmgr.validation import ActionChecker
+from envmgr.validation import ActionChecker, reset_arguments
 
 __all__ = [
     "RayEnvManager",
@@ -1499,26 +1499,7 @@ class RayEnvManager(VectorEnv):  # type: ignore[type-arg]
         self, seed: int | Sequence[int | None] | None, options: dict[str, Any] | None
     ) -> dict[int, tuple[Any, ...]]:
         n = self.num_envs
-        if seed is None:
-            seeds: list[int | None] = [None] * n
-        elif isinstance(seed, (int, np.integer)):
-            seeds = [int(seed) + i for i in range(n)]
-        else:
-            seeds = list(seed)
-            if len(seeds) != n:
-                raise ValueError(f"got {len(seeds)} seeds for num_envs={n}: pass one per env")
-        mask: np.ndarray | None = None
-        if options is not None and "reset_mask" in options:
-            options = dict(options)
-            mask = options.pop("reset_mask")
-            if not isinstance(mask, np.ndarray) or mask.dtype != np.bool_ or mask.shape != (n,):
-                raise ValueError(
-                    f"options['reset_mask'] must be a bool numpy array of shape ({n},), got "
-                    f"{type(mask).__name__} {getattr(mask, 'dtype', '')} "
-                    f"{getattr(mask, 'shape', '')}"
-                )
-            if not mask.any():
-                raise ValueError("options['reset_mask'] has no True entry: nothing to reset")
+        seeds, options, mask = reset_arguments(seed, options, n)
         ship = self._want_timers()
         commands = {}
         for k in range(self.n_actors):
