@@ -120,19 +120,29 @@ def _main_module_hidden() -> Iterator[None]:
 
 def _resolve_layout(
     env_fns: EnvFactory | Sequence[EnvFactory],
-    n_workers: int | None,
-    envs_per_worker: int | None,
+    n_groups: int | None,
+    per_group: int | None,
+    *,
+    default_groups: int | None = None,
+    names: tuple[str, str] = ("n_workers", "envs_per_worker"),
 ) -> tuple[list[EnvFactory], int, int]:
-    """Turn the constructor's arguments into (factories, n_workers, envs_per_worker)."""
-    for name, value in (("n_workers", n_workers), ("envs_per_worker", envs_per_worker)):
+    """Turn the constructor's arguments into (factories, groups, envs per group).
+
+    Shared by the local manager (groups = worker processes) and the Ray one
+    (groups = actors); ``names`` are the caller's argument names for messages.
+    ``default_groups`` replaces the core count when neither size is given.
+    """
+    g_name, e_name = names
+    for name, value in ((g_name, n_groups), (e_name, per_group)):
         if value is not None and (
             not isinstance(value, int) or isinstance(value, bool) or value < 1
         ):
             raise ValueError(f"{name} must be a positive int, got {value!r}")
+    cores = os.cpu_count() or 1
     if callable(env_fns):
-        w = n_workers if n_workers is not None else min(2, os.cpu_count() or 1)
-        e = envs_per_worker if envs_per_worker is not None else 1
-        return [env_fns] * (w * e), w, e
+        g = n_groups if n_groups is not None else (default_groups or min(2, cores))
+        e = per_group if per_group is not None else 1
+        return [env_fns] * (g * e), g, e
     fns = list(env_fns)
     if not fns:
         raise ValueError("env_fns is an empty sequence: need at least one env factory")
@@ -140,27 +150,26 @@ def _resolve_layout(
         if not callable(fn):
             raise ValueError(f"env_fns[{i}] is {fn!r}, not a zero-argument callable")
     n = len(fns)
-    if n_workers is not None and envs_per_worker is not None:
-        if n_workers * envs_per_worker != n:
+    if n_groups is not None and per_group is not None:
+        if n_groups * per_group != n:
             raise ValueError(
-                f"n_workers * envs_per_worker = {n_workers} * {envs_per_worker} = "
-                f"{n_workers * envs_per_worker}, but {n} env factories were given"
+                f"{g_name} * {e_name} = {n_groups} * {per_group} = "
+                f"{n_groups * per_group}, but {n} env factories were given"
             )
-        return fns, n_workers, envs_per_worker
-    if n_workers is not None:
-        if n % n_workers:
-            raise ValueError(f"{n} env factories cannot be split evenly over n_workers={n_workers}")
-        return fns, n_workers, n // n_workers
-    if envs_per_worker is not None:
-        if n % envs_per_worker:
+        return fns, n_groups, per_group
+    if n_groups is not None:
+        if n % n_groups:
+            raise ValueError(f"{n} env factories cannot be split evenly over {g_name}={n_groups}")
+        return fns, n_groups, n // n_groups
+    if per_group is not None:
+        if n % per_group:
             raise ValueError(
-                f"{n} env factories cannot be split into groups of "
-                f"envs_per_worker={envs_per_worker}"
+                f"{n} env factories cannot be split into groups of {e_name}={per_group}"
             )
-        return fns, n // envs_per_worker, envs_per_worker
-    cores = os.cpu_count() or 1
-    w = max(d for d in range(1, min(cores, n) + 1) if n % d == 0)
-    return fns, w, n // w
+        return fns, n // per_group, per_group
+    limit = max(1, default_groups or cores)
+    g = max(d for d in range(1, min(limit, n) + 1) if n % d == 0)
+    return fns, g, n // g
 
 
 class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]

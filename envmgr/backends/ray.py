@@ -985,43 +985,15 @@ class RayEnvManager(VectorEnv):  # type: ignore[type-arg]
         envs_per_actor: int | None,
         n_nodes: int,
     ) -> tuple[list[EnvFactory], int, int]:
-        for name, value in (("n_actors", n_actors), ("envs_per_actor", envs_per_actor)):
-            if value is not None and (
-                not isinstance(value, int) or isinstance(value, bool) or value < 1
-            ):
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
-        if callable(env_fns):
-            a = n_actors if n_actors is not None else max(1, n_nodes)
-            e = envs_per_actor if envs_per_actor is not None else 1
-            return [env_fns] * (a * e), a, e
-        fns = list(env_fns)
-        if not fns:
-            raise ValueError("env_fns is an empty sequence: need at least one env factory")
-        for i, fn in enumerate(fns):
-            if not callable(fn):
-                raise ValueError(f"env_fns[{i}] is {fn!r}, not a zero-argument callable")
-        n = len(fns)
-        if n_actors is not None and envs_per_actor is not None:
-            if n_actors * envs_per_actor != n:
-                raise ValueError(
-                    f"n_actors * envs_per_actor = {n_actors} * {envs_per_actor} = "
-                    f"{n_actors * envs_per_actor}, but {n} env factories were given"
-                )
-            return fns, n_actors, envs_per_actor
-        if n_actors is None and envs_per_actor is None:
-            n_actors = max(d for d in range(1, min(max(1, n_nodes), n) + 1) if n % d == 0)
-        if n_actors is not None:
-            if n % n_actors:
-                raise ValueError(
-                    f"{n} env factories cannot be split evenly over n_actors={n_actors}"
-                )
-            return fns, n_actors, n // n_actors
-        assert envs_per_actor is not None
-        if n % envs_per_actor:
-            raise ValueError(
-                f"{n} env factories cannot be split into groups of envs_per_actor={envs_per_actor}"
-            )
-        return fns, n // envs_per_actor, envs_per_actor
+        from envmgr.manager import _resolve_layout
+
+        return _resolve_layout(
+            env_fns,
+            n_actors,
+            envs_per_actor,
+            default_groups=max(1, n_nodes),
+            names=("n_actors", "envs_per_actor"),
+        )
 
     def _placement(
         self,
