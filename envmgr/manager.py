@@ -72,6 +72,7 @@ from envmgr.messages import (
 )
 from envmgr.shared_memory import SharedBuffers, SharedLayout, tree_map
 from envmgr.signalling import KIND_PIPE, KIND_STEP, SHIP_TIMERS, WAIT_ANY, ParentDoorbell
+from envmgr.timer_merge import WorkerTimers
 from envmgr.validation import ActionChecker, reset_arguments
 from envmgr.worker import worker_main
 
@@ -307,11 +308,7 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
             self._ctx.set_forkserver_preload(["envmgr.worker"])
         self._seq = 0
         self._pending: tuple[str, int, Any] | None = None
-        self._timer_stack: timers.TimerStack | None = None
-        self._timer_target: timers.TimerNode | None = None
-        self._timer_thread = threading.get_ident()
-        self._unshipped = False
-        self._last_ship = perf_counter()
+        self._worker_timers = WorkerTimers(timer_interval, self._flush_timers)
         self._fallback_obs: list[Any] = []
 
         try:
@@ -333,7 +330,6 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
             raise
         self.closed = False
         _LIVE_MANAGERS.add(self)
-        self._unhook: Callable[[], None] | None = timers.register_flush_hook(self._flush_hook)
 
     # ================================================================ start-up
 
@@ -708,7 +704,7 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
         def lost(_w: int, why: str, timed_out: bool) -> None:
             failures.append(why)
 
-        with timers.hierarchical_timer(f"restart_worker_{w}", self._timer_stack):
+        with timers.hierarchical_timer(f"restart_worker_{w}", self._worker_timers.stack):
             old = self._processes[w]
             if old.is_alive():
                 old.kill()
@@ -828,33 +824,6 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
 
     # ================================================================ timers
 
-    def _timer_node(self) -> timers.TimerNode:
-        """The node worker trees merge into: ``workers`` under the caller's current timer."""
-        stack = timers.get_default_stack()
-        if stack is not self._timer_stack:
-            self._timer_stack = stack
-            self._timer_thread = threading.get_ident()
-        return stack.current().get_child("workers")
-
-    def _want_timers(self) -> bool:
-        """Decide, before a step is sent, whether workers ship their trees with it."""
-        target = self._timer_node()
-        if target is not self._timer_target:
-            if self._unshipped and self._timer_target is not None:
-                self._flush_timers()
-            self._timer_target = target
-        return perf_counter() - self._last_ship >= self.timer_interval
-
-    def _merge_timers(self, answers: Iterable[StepResponse]) -> None:
-        target = self._timer_target
-        stack = self._timer_stack
-        for a in answers:
-            if a.timer_root is not None and target is not None:
-                target.merge(a.timer_root, root_name="worker_root", is_parallel=True)
-                target.merge(a.timer_root, root_name=f"worker_{a.worker_index}", is_parallel=True)
-            if a.gauges and stack is not None:
-                stack.merge_gauges(a.gauges)
-
     def env_step_seconds(self) -> tuple[np.ndarray, np.ndarray]:
         """Cumulative seconds inside ``env.step`` and step counts, per env.
 
@@ -873,19 +842,20 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
 
     def _flush_timers(self) -> None:
         """Pull every worker's unshipped timings into the current target."""
-        if not self._unshipped or self._pending is not None or self._inflight or self.closed:
+        if (
+            not self._worker_timers.unshipped
+            or self._pending is not None
+            or self._inflight
+            or self.closed
+        ):
             return
         seq = self._next_seq()
         self._broadcast(lambda w: FlushTimers(seq))
         answers = self._gather(range(self.n_workers), seq, self.step_timeout, "flush_timers")
-        self._merge_timers(answers.values())
-        self._unshipped = False
-        self._last_ship = perf_counter()
-
-    def _flush_hook(self, stack: timers.TimerStack) -> None:
-        # Only the thread that steps this manager may talk to its workers.
-        if stack is self._timer_stack and threading.get_ident() == self._timer_thread:
-            self._flush_timers()
+        self._worker_timers.merge(
+            (f"worker_{a.worker_index}", a.timer_root, a.gauges) for a in answers.values()
+        )
+        self._worker_timers.shipped()
 
     # ================================================================ actions
 
@@ -934,7 +904,7 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
         workers = [
             w for w in range(self.n_workers) if mask is None or mask[self._env_range(w)].any()
         ]
-        ship = self._want_timers()
+        ship = self._worker_timers.want()
         seq = self._next_seq()
         e = self.envs_per_worker
 
@@ -950,7 +920,7 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
 
         commands = {w: command(w) for w in workers}
         self._broadcast(commands.__getitem__, workers)
-        self._unshipped = True
+        self._worker_timers.unshipped = True
         self._pending = ("reset", seq, (workers, ship, commands))
 
     def reset_wait(self, timeout: float | None = None) -> tuple[Any, dict[str, Any]]:
@@ -968,7 +938,7 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
             replaced[w] = reason
             return self._restart(w, reason, commands[w])
 
-        with timers.hierarchical_timer("workers", self._timer_stack):
+        with timers.hierarchical_timer("workers", self._worker_timers.stack):
             answers = self._gather(workers, seq, self._timeout(timeout), "reset", on_lost)
         infos = self._infos(answers)
         for w, reason in replaced.items():
@@ -987,7 +957,7 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
         """Validate the actions, place them in shared memory and wake the workers."""
         self._check_idle("step_async")
         per_env = self._send_actions(actions)
-        ship = self._want_timers()
+        ship = self._worker_timers.want()
         seq = self._next_seq()
         e = self.envs_per_worker
         if per_env is None:
@@ -996,7 +966,7 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
             )
         else:
             self._broadcast(lambda w: Step(seq, ship, per_env[w * e : (w + 1) * e]))
-        self._unshipped = True
+        self._worker_timers.unshipped = True
         self._pending = ("step", seq, (ship, per_env is None))
 
     def step_wait(
@@ -1009,7 +979,7 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
         """
         seq, (ship, fast) = self._take_pending("step")
         wait = self._timeout(timeout)
-        with timers.hierarchical_timer("workers", self._timer_stack):
+        with timers.hierarchical_timer("workers", self._worker_timers.stack):
             if fast:
                 answers, replaced = self._wait_step(seq, wait)
             else:
@@ -1090,7 +1060,7 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
         self._bell.announce(workers, seq, KIND_STEP)
         for w in workers:
             self._inflight[w] = seq
-        self._unshipped = True
+        self._worker_timers.unshipped = True
 
     def recv(
         self, batch_size: int | None = None, timeout: float | None = None
@@ -1122,7 +1092,7 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
 
         wait_ms = 5
         muted: list[int] = []
-        with timers.hierarchical_timer("workers", self._timer_stack):
+        with timers.hierarchical_timer("workers", self._worker_timers.stack):
             try:
                 while len(got := ready()) < need:
                     if deadline is not None:
@@ -1196,9 +1166,10 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
 
     def _collect(self, answers: dict[int, StepResponse], ship: bool) -> tuple[Any, SharedBuffers]:
         if ship:
-            self._merge_timers(answers.values())
-            self._unshipped = False
-            self._last_ship = perf_counter()
+            self._worker_timers.merge(
+                (f"worker_{a.worker_index}", a.timer_root, a.gauges) for a in answers.values()
+            )
+            self._worker_timers.shipped()
         buffers = self._buffers
         assert buffers is not None
         if buffers.observations is None:
@@ -1291,10 +1262,9 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
 
     def _shutdown(self) -> None:
         """Stop every worker within ``close_timeout`` and unlink shared memory."""
-        unhook = getattr(self, "_unhook", None)
-        if unhook is not None:
-            unhook()
-            self._unhook = None
+        worker_timers = getattr(self, "_worker_timers", None)
+        if worker_timers is not None:
+            worker_timers.close()
         procs, conns = self._processes, self._conns
         self._processes, self._conns = [], []
         seq = self._next_seq() if hasattr(self, "_seq") else 0

@@ -41,7 +41,7 @@ import logging
 import os
 import pickle
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from time import monotonic, perf_counter
 from typing import Any
@@ -65,6 +65,7 @@ from envmgr.errors import (
     WorkerTimeoutError,
 )
 from envmgr.messages import Ready, StepResponse
+from envmgr.timer_merge import WorkerTimers
 from envmgr.timers import GaugeNode, TimerNode
 from envmgr.validation import ActionChecker, reset_arguments
 
@@ -919,11 +920,7 @@ class RayEnvManager(VectorEnv):  # type: ignore[type-arg]
         self.shutdown_ray = shutdown_ray
         self.failures: list[WorkerFailure] = []
         self._seq = 0
-        self._timer_stack: timers.TimerStack | None = None
-        self._timer_target: timers.TimerNode | None = None
-        self._timer_thread = threading.get_ident()
-        self._unshipped = False
-        self._last_ship = perf_counter()
+        self._worker_timers = WorkerTimers(timer_interval, self._flush_timers)
 
         self._owns_ray = _acquire_ray(ray, address, dict(ray_init_kwargs or {}))
         try:
@@ -974,7 +971,6 @@ class RayEnvManager(VectorEnv):  # type: ignore[type-arg]
             self._shutdown(graceful=False)
             raise
         self.closed = False
-        self._unhook: Callable[[], None] | None = timers.register_flush_hook(self._flush_hook)
 
     # ================================================================ start-up
 
@@ -1189,7 +1185,7 @@ class RayEnvManager(VectorEnv):  # type: ignore[type-arg]
             info.restarts,
             self.max_restarts,
         )
-        with timers.hierarchical_timer(f"restart_actor_{k}", self._timer_stack):
+        with timers.hierarchical_timer(f"restart_actor_{k}", self._worker_timers.stack):
             try:
                 ray.kill(self._actors[k], no_restart=True)
             except Exception:
@@ -1371,46 +1367,30 @@ class RayEnvManager(VectorEnv):  # type: ignore[type-arg]
 
     # ================================================================ timers
 
-    def _timer_node(self) -> timers.TimerNode:
-        stack = timers.get_default_stack()
-        if stack is not self._timer_stack:
-            self._timer_stack = stack
-            self._timer_thread = threading.get_ident()
-        return stack.current().get_child("workers")
-
-    def _want_timers(self) -> bool:
-        target = self._timer_node()
-        if target is not self._timer_target:
-            if self._unshipped and self._timer_target is not None:
-                self._flush_timers()
-            self._timer_target = target
-        return perf_counter() - self._last_ship >= self.timer_interval
-
-    def _merge_timers(self, results: Sequence[RayStepResult]) -> None:
-        target, stack = self._timer_target, self._timer_stack
-        for r in results:
-            resp = r.response
-            if resp.timer_root is not None and target is not None:
-                target.merge(resp.timer_root, root_name="worker_root", is_parallel=True)
-                name = self.actor_info[resp.worker_index].timer_name
-                target.merge(resp.timer_root, root_name=name, is_parallel=True)
-            if resp.gauges and stack is not None:
-                stack.merge_gauges(resp.gauges)
+    def _merge_results(self, results: Iterable[RayStepResult]) -> None:
+        self._worker_timers.merge(
+            (
+                self.actor_info[r.response.worker_index].timer_name,
+                r.response.timer_root,
+                r.response.gauges,
+            )
+            for r in results
+        )
 
     def _flush_timers(self) -> None:
         """Pull every actor's unshipped timings into the current target."""
-        if not self._unshipped or self._inflight or self._pending is not None or self.closed:
+        if (
+            not self._worker_timers.unshipped
+            or self._inflight
+            or self._pending is not None
+            or self.closed
+        ):
             return
         for k in range(self.n_actors):
             self._dispatch(k, "flush", (), self.step_timeout)
         results = self._collect(range(self.n_actors), "flush_timers")
-        self._merge_timers(list(results.values()))
-        self._unshipped = False
-        self._last_ship = perf_counter()
-
-    def _flush_hook(self, stack: timers.TimerStack) -> None:
-        if stack is self._timer_stack and threading.get_ident() == self._timer_thread:
-            self._flush_timers()
+        self._merge_results(results.values())
+        self._worker_timers.shipped()
 
     # ================================================================ checks
 
@@ -1472,7 +1452,7 @@ class RayEnvManager(VectorEnv):  # type: ignore[type-arg]
     ) -> dict[int, tuple[Any, ...]]:
         n = self.num_envs
         seeds, options, mask = reset_arguments(seed, options, n)
-        ship = self._want_timers()
+        ship = self._worker_timers.want()
         commands = {}
         for k in range(self.n_actors):
             r = self._env_range(k)
@@ -1490,7 +1470,7 @@ class RayEnvManager(VectorEnv):  # type: ignore[type-arg]
         commands = self._reset_commands(seed, options)
         for k, args in commands.items():
             self._dispatch(k, "reset", args, self.step_timeout)
-        self._unshipped = True
+        self._worker_timers.unshipped = True
         self._pending = ("reset", sorted(commands))
 
     def reset_wait(self, timeout: float | None = None) -> tuple[Any, dict[str, Any]]:
@@ -1500,7 +1480,7 @@ class RayEnvManager(VectorEnv):  # type: ignore[type-arg]
             timeout: Seconds to wait; defaults to the manager's ``step_timeout``.
         """
         actors = self._take_pending("reset")
-        with timers.hierarchical_timer("workers", self._timer_stack):
+        with timers.hierarchical_timer("workers", self._worker_timers.stack):
             results = self._collect(actors, "reset", timeout=timeout)
         self._after_collect(results)
         for k, r in results.items():
@@ -1523,7 +1503,7 @@ class RayEnvManager(VectorEnv):  # type: ignore[type-arg]
         self._check_idle("step_async")
         if self.check_actions:
             self._checker.check(actions)
-        ship = self._want_timers()
+        ship = self._worker_timers.want()
         space = self.single_action_space
         for k in range(self.n_actors):
             r = self._env_range(k)
@@ -1533,7 +1513,7 @@ class RayEnvManager(VectorEnv):  # type: ignore[type-arg]
                 (_take_rows(space, actions, slice(r.start, r.stop)), ship),
                 self.step_timeout,
             )
-        self._unshipped = True
+        self._worker_timers.unshipped = True
         self._pending = ("step", None)
 
     def step_wait(
@@ -1545,7 +1525,7 @@ class RayEnvManager(VectorEnv):  # type: ignore[type-arg]
             timeout: Seconds to wait; defaults to the manager's ``step_timeout``.
         """
         self._take_pending("step")
-        with timers.hierarchical_timer("workers", self._timer_stack):
+        with timers.hierarchical_timer("workers", self._worker_timers.stack):
             results = self._collect(range(self.n_actors), "step", timeout=timeout)
         self._after_collect(results)
         return self._assemble(results, list(range(self.n_actors)))
@@ -1553,10 +1533,9 @@ class RayEnvManager(VectorEnv):  # type: ignore[type-arg]
     def _after_collect(self, results: dict[int, RayStepResult]) -> None:
         shipped = [r for r in results.values() if r.response.timer_root is not None]
         if shipped:
-            self._merge_timers(shipped)
+            self._merge_results(shipped)
             if len(shipped) == len(results) and not self._inflight:
-                self._unshipped = False
-                self._last_ship = perf_counter()
+                self._worker_timers.shipped()
 
     def _assemble(
         self, results: dict[int, RayStepResult], actors: list[int]
@@ -1639,10 +1618,10 @@ class RayEnvManager(VectorEnv):  # type: ignore[type-arg]
         for k in targets:
             rows = np.flatnonzero(actor_of == k)
             shares[k] = _take_rows(space, actions, rows[np.argsort(ids[rows])])
-        ship = self._want_timers()
+        ship = self._worker_timers.want()
         for k in targets:
             self._dispatch(k, "step", (shares[k], ship), self.step_timeout)
-        self._unshipped = True
+        self._worker_timers.unshipped = True
 
     def async_reset(
         self, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None
@@ -1659,7 +1638,7 @@ class RayEnvManager(VectorEnv):  # type: ignore[type-arg]
             raise ValueError("async_reset() resets every env: reset_mask is not supported here")
         for k, args in self._reset_commands(seed, options).items():
             self._dispatch(k, "reset", args, self.step_timeout)
-        self._unshipped = True
+        self._worker_timers.unshipped = True
 
     def recv(
         self, batch_size: int | None = None, timeout: float | None = None
@@ -1684,7 +1663,7 @@ class RayEnvManager(VectorEnv):  # type: ignore[type-arg]
             )
         e = self.envs_per_actor
         need = min(len(self._inflight), max(1, -(-(batch_size or e) // e)))
-        with timers.hierarchical_timer("workers", self._timer_stack):
+        with timers.hierarchical_timer("workers", self._worker_timers.stack):
             results = self._collect(sorted(self._inflight), "step", need=need, timeout=timeout)
         self._after_collect(results)
         chosen = sorted(results)
@@ -1791,10 +1770,9 @@ class RayEnvManager(VectorEnv):  # type: ignore[type-arg]
         self._shutdown(graceful=True)
 
     def _shutdown(self, graceful: bool) -> None:
-        unhook = getattr(self, "_unhook", None)
-        if unhook is not None:
-            unhook()
-            self._unhook = None
+        worker_timers = getattr(self, "_worker_timers", None)
+        if worker_timers is not None:
+            worker_timers.close()
         actors, self._actors = self._actors, []
         self._inflight = {}
         ray = getattr(self, "ray", None)

@@ -1,0 +1,107 @@
+"""Where worker timer trees land in the caller's tree, and when workers ship them.
+
+Shared by :class:`~envmgr.manager.SubprocessEnvManager` and the Ray manager.
+Shipping a tree every step would cost several percent of throughput, so workers
+keep their timings and ship them every ``interval`` seconds, or at once when
+the caller's timer context changes (so timings land under the node that was
+current when they were taken). A read of the tree through :mod:`envmgr.timers`
+first calls the manager's ``flush``, so a read always reflects every completed
+step.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable, Iterable
+from time import perf_counter
+from typing import Any
+
+from envmgr import timers
+from envmgr.timers import GaugeNode, TimerNode, TimerStack
+
+__all__ = ["WorkerTimers"]
+
+#: One worker's shipment: its subtree name, its root (or None), its gauges.
+_Shipment = tuple[str, TimerNode | None, dict[str, GaugeNode] | None]
+
+
+class WorkerTimers:
+    """The merge target of one manager's worker trees.
+
+    Args:
+        interval: Seconds between shipments during a steady loop.
+        flush: The manager's method that asks every worker for its unshipped
+            tree and hands it to :meth:`merge` (held weakly: no reference cycle).
+    """
+
+    def __init__(self, interval: float, flush: Callable[[], None]) -> None:
+        self.interval = interval
+        self._flush = weakref.WeakMethod(flush)  # type: ignore[arg-type]
+        #: The stack (thread) the manager is stepped from; timings merge into it.
+        self.stack: TimerStack | None = None
+        self.target: TimerNode | None = None
+        self._thread = threading.get_ident()
+        #: Workers hold timings not merged yet.
+        self.unshipped = False
+        self._last_ship = perf_counter()
+        self._unhook: Callable[[], None] | None = timers.register_flush_hook(self._on_read)
+
+    def want(self) -> bool:
+        """Before a command: whether workers should ship their trees with its answer.
+
+        Also follows the caller's timer context: if it moved, what workers hold
+        is flushed into the old place first.
+        """
+        stack = timers.get_default_stack()
+        if stack is not self.stack:
+            self.stack = stack
+            self._thread = threading.get_ident()
+        target = stack.current().get_child("workers")
+        if target is not self.target:
+            if self.unshipped and self.target is not None:
+                self._call_flush()
+            self.target = target
+        return perf_counter() - self._last_ship >= self.interval
+
+    def merge(
+        self, trees: Iterable[tuple[str, TimerNode | None, dict[str, GaugeNode] | None]]
+    ) -> None:
+        """Merge ``(subtree name, root, gauges)`` per worker as parallel nodes.
+
+        Each root goes under ``workers`` twice: summed over all workers in
+        ``worker_root`` (the ML-Agents shape) and alone under its own name, so a
+        slow worker stands out.
+        """
+        target, stack = self.target, self.stack
+        for name, root, gauges in trees:
+            if root is not None and target is not None:
+                target.merge(root, root_name="worker_root", is_parallel=True)
+                target.merge(root, root_name=name, is_parallel=True)
+            if gauges and stack is not None:
+                stack.merge_gauges(gauges)
+
+    def shipped(self) -> None:
+        """Every worker's timings are merged."""
+        self.unshipped = False
+        self._last_ship = perf_counter()
+
+    def close(self) -> None:
+        """Stop pulling timings on reads (the manager is closing)."""
+        if self._unhook is not None:
+            self._unhook()
+            self._unhook = None
+
+    def _call_flush(self) -> None:
+        flush = self._flush()
+        if flush is not None:
+            flush()
+
+    def _on_read(self, stack: TimerStack) -> None:
+        # Only the thread that steps the manager may talk to its workers.
+        if stack is self.stack and threading.get_ident() == self._thread:
+            self._call_flush()
+
+    def __repr__(self) -> str:
+        state: dict[str, Any] = {"unshipped": self.unshipped, "interval": self.interval}
+        return f"WorkerTimers({state})"
