@@ -73,7 +73,7 @@ from envmgr.messages import (
 from envmgr.shared_memory import SharedBuffers, SharedLayout, tree_map
 from envmgr.signalling import KIND_PIPE, KIND_STEP, SHIP_TIMERS, WAIT_ANY, ParentDoorbell
 from envmgr.timer_merge import WorkerTimers
-from envmgr.validation import ActionChecker, reset_arguments
+from envmgr.validation import ActionChecker, reset_arguments, whole_groups
 from envmgr.worker import worker_main
 
 __all__ = ["SubprocessEnvManager", "default_start_method", "DEFAULT_SPIN_SECONDS"]
@@ -1030,16 +1030,7 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
                 f"cannot send while a {self._pending[0]} call is pending", self._pending[0]
             )
         e = self.envs_per_worker
-        ids = np.arange(self.num_envs) if env_ids is None else np.asarray(env_ids, dtype=np.int64)
-        workers = sorted(set((ids // e).tolist()))
-        expected = (
-            np.concatenate([np.arange(w * e, (w + 1) * e) for w in workers]) if workers else ids
-        )
-        if ids.ndim != 1 or not np.array_equal(np.sort(ids), expected):
-            raise ValueError(
-                f"env_ids must cover whole workers ({e} consecutive envs each, as recv returns "
-                f"them), got {ids.tolist()}"
-            )
+        ids, workers = whole_groups(env_ids, self.num_envs, e, "workers")
         busy = [w for w in workers if w in self._inflight]
         if busy:
             raise ValueError(

@@ -15,7 +15,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-__all__ = ["ActionChecker", "reset_arguments"]
+__all__ = ["ActionChecker", "reset_arguments", "whole_groups"]
 
 _LeafCheck = Callable[[Any, str], None]
 _UNSIGNED = {k: np.dtype(f"u{k}") for k in (1, 2, 4, 8)}
@@ -237,3 +237,33 @@ def reset_arguments(
         if not mask.any():
             raise ValueError("options['reset_mask'] has no True entry: nothing to reset")
     return seeds, options, mask
+
+
+def whole_groups(
+    env_ids: Sequence[int] | np.ndarray | None, num_envs: int, per_group: int, noun: str
+) -> tuple[np.ndarray, list[int]]:
+    """Check that ``env_ids`` (for ``send``) cover whole groups of envs; return ids and groups.
+
+    Args:
+        env_ids: Global env indices, ``None`` for all.
+        num_envs: Batch size.
+        per_group: Envs per worker (or per actor).
+        noun: ``"workers"`` or ``"actors"``, for the message.
+
+    Raises:
+        ValueError: Ids out of range, or ids that split a group.
+    """
+    ids = np.arange(num_envs) if env_ids is None else np.asarray(env_ids, dtype=np.int64)
+    if ids.ndim != 1 or ids.size == 0 or ids.min() < 0 or ids.max() >= num_envs:
+        raise ValueError(
+            f"env_ids must be a non-empty list of env indices in [0, {num_envs}), "
+            f"got {ids.tolist()}"
+        )
+    groups = sorted(set((ids // per_group).tolist()))
+    expected = np.concatenate([np.arange(g * per_group, (g + 1) * per_group) for g in groups])
+    if not np.array_equal(np.sort(ids), expected):
+        raise ValueError(
+            f"env_ids must cover whole {noun} ({per_group} consecutive envs each, as recv "
+            f"returns them), got {ids.tolist()}"
+        )
+    return ids, groups

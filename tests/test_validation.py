@@ -280,3 +280,29 @@ def test_discrete_range_check_for_every_integer_dtype(dtype: str, start: int) ->
         first = 0 if filler is None else 3
         with pytest.raises(ValueError, match=rf"env {first} \(worker {first // EPW}\)"):
             check(space, a)
+
+
+def test_whole_groups_accepts_whole_groups_in_any_order() -> None:
+    from envmgr.validation import whole_groups
+
+    ids, groups = whole_groups([5, 4, 0, 1], 6, 2, "workers")
+    assert ids.tolist() == [5, 4, 0, 1] and groups == [0, 2]
+    ids, groups = whole_groups(None, 6, 2, "workers")
+    assert ids.tolist() == list(range(6)) and groups == [0, 1, 2]
+
+
+@pytest.mark.parametrize(
+    ("env_ids", "pattern"),
+    [
+        ([6, 7], r"in \[0, 6\)"),
+        ([-2, -1], r"in \[0, 6\)"),
+        ([], r"non-empty"),
+        ([1, 2], r"whole workers \(2 consecutive"),
+        ([0, 0], r"whole workers"),
+    ],
+)
+def test_whole_groups_rejects_ids_naming_the_problem(env_ids: list[int], pattern: str) -> None:
+    from envmgr.validation import whole_groups
+
+    with pytest.raises(ValueError, match=pattern):
+        whole_groups(env_ids, 6, 2, "workers")

@@ -67,7 +67,7 @@ from envmgr.errors import (
 from envmgr.messages import Ready, StepResponse
 from envmgr.timer_merge import WorkerTimers
 from envmgr.timers import GaugeNode, TimerNode
-from envmgr.validation import ActionChecker, reset_arguments
+from envmgr.validation import ActionChecker, reset_arguments, whole_groups
 
 __all__ = [
     "RayEnvManager",
@@ -1582,25 +1582,7 @@ class RayEnvManager(VectorEnv):  # type: ignore[type-arg]
                 f"cannot send while a {self._pending[0]} call is pending", self._pending[0]
             )
         e = self.envs_per_actor
-        ids = (
-            np.arange(self.num_envs)
-            if env_ids is None
-            else np.asarray(env_ids, dtype=np.int64).reshape(-1)
-        )
-        targets = sorted(set((ids // e).tolist()))
-        expected = (
-            np.concatenate([np.arange(k * e, (k + 1) * e) for k in targets]) if targets else ids
-        )
-        if (
-            ids.size == 0
-            or ids.min() < 0
-            or ids.max() >= self.num_envs
-            or not np.array_equal(np.sort(ids), expected)
-        ):
-            raise ValueError(
-                f"env_ids must cover whole actors ({e} consecutive envs each, as recv returns "
-                f"them), got {ids.tolist()}"
-            )
+        ids, targets = whole_groups(env_ids, self.num_envs, e, "actors")
         busy = [k for k in targets if k in self._inflight]
         if busy:
             raise ValueError(
@@ -1611,7 +1593,7 @@ class RayEnvManager(VectorEnv):  # type: ignore[type-arg]
             if checker is None:
                 checker = ActionChecker(self.single_action_space, len(ids), e)
                 self._sub_checkers[len(ids)] = checker
-            checker.check(actions)
+            checker.check(actions, ids)
         space = self.single_action_space
         actor_of = ids // e
         shares = {}
