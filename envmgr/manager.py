@@ -40,20 +40,20 @@ from typing import Any
 import cloudpickle
 import gymnasium as gym
 import numpy as np
-from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 
 from envmgr import timers
 from envmgr.errors import (
     AlreadyPendingCallError,
     BrokenWorkerError,
-    ClosedManagerError,
     NoAsyncCallError,
     RemoteTraceback,
     WorkerDiedError,
     WorkerError,
     WorkerTimeoutError,
 )
+from envmgr.frontend import BatchedVectorEnv
 from envmgr.messages import (
     Ack,
     Attach,
@@ -173,7 +173,7 @@ def _resolve_layout(
     return fns, g, n // g
 
 
-class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
+class SubprocessEnvManager(BatchedVectorEnv):
     """A ``gymnasium.vector.VectorEnv`` whose envs run in worker processes.
 
     Example:
@@ -307,7 +307,7 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
             # Workers fork from a server that already imported numpy and gymnasium.
             self._ctx.set_forkserver_preload(["envmgr.worker"])
         self._seq = 0
-        self._pending: tuple[str, int, Any] | None = None
+        self._pending = None
         self._worker_timers = WorkerTimers(timer_interval, self._flush_timers)
         self._fallback_obs: list[Any] = []
 
@@ -791,37 +791,6 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
             self._break(f"{where}: {err.type_name}: {err.message}")
         raise exc from RemoteTraceback(err.traceback)
 
-    def _check_usable(self, name: str) -> None:
-        if self._broken is not None:
-            raise ClosedManagerError(f"cannot {name}: the manager is broken ({self._broken})")
-        if self.closed:
-            raise ClosedManagerError(f"cannot {name}: the manager is closed")
-
-    def _check_idle(self, name: str) -> None:
-        self._check_usable(name)
-        if self._inflight:
-            raise AlreadyPendingCallError(
-                f"cannot {name} while send() steps are in flight: recv() them first", "send"
-            )
-        if self._pending is not None:
-            raise AlreadyPendingCallError(
-                f"cannot {name} while a {self._pending[0]} call is pending: "
-                f"call {self._pending[0]}_wait() first",
-                self._pending[0],
-            )
-
-    def _take_pending(self, kind: str) -> tuple[int, Any]:
-        self._check_usable(f"{kind}_wait")
-        if self._pending is None or self._pending[0] != kind:
-            raise NoAsyncCallError(
-                f"{kind}_wait() called without a pending {kind}_async()"
-                + ("" if self._pending is None else f" (a {self._pending[0]} call is pending)"),
-                kind,
-            )
-        _, seq, extra = self._pending
-        self._pending = None
-        return seq, extra
-
     # ================================================================ timers
 
     def env_step_seconds(self) -> tuple[np.ndarray, np.ndarray]:
@@ -921,7 +890,7 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
         commands = {w: command(w) for w in workers}
         self._broadcast(commands.__getitem__, workers)
         self._worker_timers.unshipped = True
-        self._pending = ("reset", seq, (workers, ship, commands))
+        self._pending = ("reset", (seq, (workers, ship, commands)))
 
     def reset_wait(self, timeout: float | None = None) -> tuple[Any, dict[str, Any]]:
         """Wait for the reset sent by :meth:`reset_async`.
@@ -940,12 +909,7 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
 
         with timers.hierarchical_timer("workers", self._worker_timers.stack):
             answers = self._gather(workers, seq, self._timeout(timeout), "reset", on_lost)
-        infos = self._infos(answers)
-        for w, reason in replaced.items():
-            for i in self._env_range(w):
-                infos = self._add_info(
-                    infos, {"envmgr_restarted": f"{self._where(w)}: {reason}"}, i
-                )
+        infos = self._infos(answers, replaced)
         return self._collect(answers, ship)[0], infos
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
@@ -967,7 +931,7 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
         else:
             self._broadcast(lambda w: Step(seq, ship, per_env[w * e : (w + 1) * e]))
         self._worker_timers.unshipped = True
-        self._pending = ("step", seq, (ship, per_env is None))
+        self._pending = ("step", (seq, (ship, per_env is None)))
 
     def step_wait(
         self, timeout: float | None = None
@@ -994,15 +958,10 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
         rewards = buffers.rewards.copy()
         terminations = buffers.terminations.copy()
         truncations = buffers.truncations.copy()
-        infos = self._infos(answers)
-        for w, reason in replaced.items():
+        for w in replaced:
             envs = self._env_range(w)
             truncations[envs.start : envs.stop] = True
-            for i in envs:
-                infos = self._add_info(
-                    infos, {"envmgr_restarted": f"{self._where(w)}: {reason}"}, i
-                )
-        return obs, rewards, terminations, truncations, infos
+        return obs, rewards, terminations, truncations, self._infos(answers, replaced)
 
     # ---------------------------------------------------------------- first-ready
 
@@ -1143,14 +1102,9 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
         rewards = buffers.rewards[ids]
         terminations = buffers.terminations[ids]
         truncations = buffers.truncations[ids]
-        infos = self._infos(answers)
-        for w, reason in replaced.items():
+        for w in replaced:
             truncations[np.isin(ids, self._env_range(w))] = True
-            for i in self._env_range(w):
-                infos = self._add_info(
-                    infos, {"envmgr_restarted": f"{self._where(w)}: {reason}"}, i
-                )
-        return obs, rewards, terminations, truncations, _take_info(infos, ids), ids
+        return obs, rewards, terminations, truncations, self._infos(answers, replaced, ids), ids
 
     def _timeout(self, timeout: float | None) -> float | None:
         return self.step_timeout if timeout is None else timeout
@@ -1178,27 +1132,27 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
             return tree_map(np.copy, self._obs_views), buffers
         return self._obs_views, buffers
 
-    def _infos(self, answers: dict[int, StepResponse]) -> dict[str, Any]:
-        infos: dict[str, Any] = {}
+    def _infos(
+        self,
+        answers: dict[int, StepResponse],
+        replaced: dict[int, str] | None = None,
+        rows: np.ndarray | None = None,
+    ) -> dict[str, Any]:
+        """The vector infos of the workers' answers, then the restart notes."""
         e = self.envs_per_worker
-        for w in sorted(answers):
-            for i, info in answers[w].infos:
-                infos = self._add_info(infos, info, w * e + i)
-        return infos
+        per_env = [(w * e + i, info) for w in sorted(answers) for i, info in answers[w].infos]
+        if replaced:
+            per_env.extend(self._restart_infos(replaced))
+        return self._vector_infos(per_env, rows)
 
     # ---------------------------------------------------------------- call / attrs
-
-    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
-        """Call method ``name`` (or read attribute ``name``) on every env; one result per env."""
-        self.call_async(name, *args, **kwargs)
-        return self.call_wait()
 
     def call_async(self, name: str, *args: Any, **kwargs: Any) -> None:
         """Send :meth:`call` to the workers without waiting (as ``AsyncVectorEnv``)."""
         self._check_idle("call_async")
         seq = self._next_seq()
         self._broadcast(lambda w: Call(seq, name, args, kwargs))
-        self._pending = ("call", seq, name)
+        self._pending = ("call", (seq, name))
 
     def call_wait(self, timeout: float | None = None) -> tuple[Any, ...]:
         """Wait for the call sent by :meth:`call_async`; one result per env."""
@@ -1207,10 +1161,6 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
             range(self.n_workers), seq, self._timeout(timeout), f"call({name!r})"
         )
         return tuple(r for w in range(self.n_workers) for r in answers[w].results)
-
-    def get_attr(self, name: str) -> tuple[Any, ...]:
-        """Read attribute ``name`` of every env."""
-        return self.call(name)
 
     def set_attr(self, name: str, values: Any) -> None:
         """Set attribute ``name`` on every env: one value for all, or one per env."""
@@ -1226,10 +1176,6 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
             range(self.n_workers), seq, self.step_timeout, "set_attr"
         )
         assert len(answers) == self.n_workers
-
-    def render(self) -> tuple[Any, ...]:
-        """Each env's ``render()`` result."""
-        return self.call("render")
 
     # ---------------------------------------------------------------- shutdown
 
@@ -1293,12 +1239,6 @@ class SubprocessEnvManager(VectorEnv):  # type: ignore[type-arg]
             self._obs_views = None
             buffers.close()
 
-    def __enter__(self) -> SubprocessEnvManager:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def __del__(self) -> None:
         # Safety net only: the interpreter may be half torn down here.
         try:
@@ -1326,19 +1266,6 @@ def _scatter_tree(dst: Any, rows: np.ndarray, src: Any) -> None:
             _scatter_tree(d, rows, s)
     else:
         dst[rows] = src
-
-
-def _take_info(infos: dict[str, Any], rows: np.ndarray) -> dict[str, Any]:
-    """The vector info dict restricted to envs ``rows`` (arrays indexed, nests recursed)."""
-    out: dict[str, Any] = {}
-    for k, v in infos.items():
-        if isinstance(v, dict):
-            out[k] = _take_info(v, rows)
-        elif isinstance(v, np.ndarray):
-            out[k] = v[rows]
-        else:
-            out[k] = v
-    return out
 
 
 def _copy_tree(dst: Any, src: Any) -> None:
