@@ -28,6 +28,7 @@ import signal
 import sys
 import threading
 import types
+import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -90,6 +91,14 @@ DEFAULT_SPIN_SECONDS = 1e-3
 DEFAULT_TIMER_INTERVAL = 1.0
 
 _LIVE_MANAGERS: weakref.WeakSet[SubprocessEnvManager] = weakref.WeakSet()
+
+
+def _native_thread_count() -> int:
+    """Threads of this process, native ones included (Linux); else Python's count."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return threading.active_count()
 
 
 def default_start_method() -> str:
@@ -303,6 +312,15 @@ class SubprocessEnvManager(BatchedVectorEnv):
         self._inflight: dict[int, int] = {}  # worker -> seq of its send() step
         self._sub_checkers: dict[int, ActionChecker] = {}
         self._ctx = mp.get_context(self.context)
+        if self.context == "fork" and _native_thread_count() > 1:
+            warnings.warn(
+                f"forking {n_workers} envmgr workers from a process with "
+                f"{_native_thread_count()} threads (Ray, gRPC and PyTorch start some that "
+                "Python does not list): a forked worker can crash (SIGSEGV) on a lock one of "
+                "them held; use context='forkserver' (the default) or 'spawn'",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         if self.context == "forkserver":
             # Workers fork from a server that already imported numpy and gymnasium.
             self._ctx.set_forkserver_preload(["envmgr.worker"])

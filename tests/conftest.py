@@ -218,3 +218,14 @@ def run_python() -> Callable[..., subprocess.CompletedProcess[str]]:
     """Run a code snippet in a fresh interpreter (``tests/`` importable); for checks that
     could crash the interpreter or that need a process with no history."""
     return _run_python
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run the Ray tests last.
+
+    Ray leaves native threads in the test process after ``ray.shutdown()``, and
+    forking a process with live native threads can crash the child (seen: fork
+    workers dying of SIGSEGV in tests that ran after the Ray modules). Every
+    fork-based test therefore runs before Ray is ever started.
+    """
+    items.sort(key=lambda item: item.path.name.startswith("test_ray"))

@@ -49,7 +49,7 @@ from typing import Any
 import cloudpickle
 import gymnasium as gym
 import numpy as np
-from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
 
 from envmgr import timers
@@ -64,6 +64,7 @@ from envmgr.errors import (
     WorkerFailure,
     WorkerTimeoutError,
 )
+from envmgr.frontend import RESTARTED_INFO_KEY, BatchedVectorEnv
 from envmgr.messages import Ready, StepResponse
 from envmgr.timer_merge import WorkerTimers
 from envmgr.timers import GaugeNode, TimerNode
@@ -82,8 +83,6 @@ logger = logging.getLogger("envmgr.ray")
 
 EnvFactory = Callable[[], gym.Env[Any, Any]]
 
-#: Info key set on envs whose actor was replaced; its value says which actor died and why.
-RESTARTED_INFO_KEY = "envmgr_restarted"
 #: What to run when Ray is missing.
 RAY_INSTALL_HINT = 'pip install "envmgr[ray]"'
 #: Default seconds an actor may take to answer one step, reset or call.
@@ -224,39 +223,6 @@ def _take_rows(space: gym.Space[Any], batch: Any, rows: np.ndarray | slice) -> A
     if isinstance(rows, slice):
         return tuple(items[rows])
     return tuple(items[int(r)] for r in rows)
-
-
-def _add_info(infos: dict[str, Any], info: dict[str, Any], i: int, n: int) -> dict[str, Any]:
-    """Put one env's info at position ``i`` of a vector info dict of batch size ``n``.
-
-    The layout is Gymnasium's (a value array per key plus a ``_key`` bool mask;
-    ``final_obs`` as an object array; nested dicts recursively), written here for
-    any batch size, since :meth:`recv` returns batches of a few actors' envs.
-    """
-    for key, value in info.items():
-        if key == "final_obs":
-            array = infos.get(key)
-            if array is None:
-                array = np.full(n, None, dtype=object)
-            array[i] = value
-        elif isinstance(value, dict):
-            array = _add_info(infos.get(key, {}), value, i, n)
-        else:
-            array = infos.get(key)
-            if array is None:
-                if type(value) in (int, float, bool) or isinstance(value, np.number):
-                    array = np.zeros(n, dtype=type(value))
-                elif isinstance(value, np.ndarray):
-                    array = np.zeros((n, *value.shape), dtype=value.dtype)
-                else:
-                    array = np.full(n, None, dtype=object)
-            array[i] = value
-        mask = infos.get(f"_{key}")
-        if mask is None:
-            mask = np.zeros(n, dtype=np.bool_)
-        mask[i] = True
-        infos[key], infos[f"_{key}"] = array, mask
-    return infos
 
 
 def _unbatch_infos(infos: dict[str, Any], n: int) -> list[dict[str, Any]]:
@@ -803,7 +769,7 @@ class ActorInfo:
         return f"actor_{self.index}@{self.node_ip}"
 
 
-class RayEnvManager(VectorEnv):  # type: ignore[type-arg]
+class RayEnvManager(BatchedVectorEnv):
     """A ``gymnasium.vector.VectorEnv`` whose envs run in Ray actors across a cluster.
 
     The same API as :class:`envmgr.SubprocessEnvManager`, plus first-ready
@@ -866,6 +832,8 @@ class RayEnvManager(VectorEnv):  # type: ignore[type-arg]
             manager connected or started it (default). Several managers sharing
             that connection shut it down when the last one closes.
     """
+
+    group_noun = "actors"
 
     def __init__(
         self,
@@ -1394,40 +1362,6 @@ class RayEnvManager(VectorEnv):  # type: ignore[type-arg]
 
     # ================================================================ checks
 
-    def _check_usable(self, name: str) -> None:
-        if self._broken is not None:
-            raise ClosedManagerError(f"cannot {name}: the manager is broken ({self._broken})")
-        if self.closed:
-            raise ClosedManagerError(f"cannot {name}: the manager is closed")
-
-    def _check_idle(self, name: str) -> None:
-        self._check_usable(name)
-        if self._pending is not None:
-            raise AlreadyPendingCallError(
-                f"cannot {name} while a {self._pending[0]} call is pending: "
-                f"call {self._pending[0]}_wait() first",
-                self._pending[0],
-            )
-        if self._inflight:
-            busy = sorted(self._inflight)
-            raise AlreadyPendingCallError(
-                f"cannot {name} while actors {busy} are stepping (send() without recv()): "
-                "recv() their results first",
-                "send",
-            )
-
-    def _take_pending(self, kind: str) -> Any:
-        self._check_usable(f"{kind}_wait")
-        if self._pending is None or self._pending[0] != kind:
-            raise NoAsyncCallError(
-                f"{kind}_wait() called without a pending {kind}_async()"
-                + ("" if self._pending is None else f" (a {self._pending[0]} call is pending)"),
-                kind,
-            )
-        extra = self._pending[1]
-        self._pending = None
-        return extra
-
     # ================================================================ VectorEnv API
 
     def reset(
@@ -1486,12 +1420,11 @@ class RayEnvManager(VectorEnv):  # type: ignore[type-arg]
         for k, r in results.items():
             self._obs_parts[k] = r.observations
         obs = _concat_batches(self.single_observation_space, self._obs_parts)
-        infos: dict[str, Any] = {}
-        for k in sorted(results):
-            base = k * self.envs_per_actor
-            for i, info in results[k].response.infos:
-                _add_info(infos, info, base + i, self.num_envs)
-        return obs, infos
+        e = self.envs_per_actor
+        per_env = [
+            (k * e + i, info) for k in sorted(results) for i, info in results[k].response.infos
+        ]
+        return obs, self._vector_infos(per_env)
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Step every env with its action; see ``gymnasium.vector.VectorEnv.step``."""
@@ -1548,13 +1481,11 @@ class RayEnvManager(VectorEnv):  # type: ignore[type-arg]
         rewards = np.concatenate([results[k].rewards for k in actors])
         terms = np.concatenate([results[k].terminations for k in actors])
         truncs = np.concatenate([results[k].truncations for k in actors])
-        n = len(actors) * self.envs_per_actor
-        infos: dict[str, Any] = {}
-        for pos, k in enumerate(actors):
-            base = pos * self.envs_per_actor
-            for i, info in results[k].response.infos:
-                _add_info(infos, info, base + i, n)
-        return obs, rewards, terms, truncs, infos
+        e = self.envs_per_actor
+        per_env = [(k * e + i, info) for k in actors for i, info in results[k].response.infos]
+        everyone = actors == list(range(self.n_actors))
+        rows = None if everyone else np.concatenate([self._env_range(k) for k in actors])
+        return obs, rewards, terms, truncs, self._vector_infos(per_env, rows)
 
     # ---------------------------------------------------------------- first-ready stepping
 
@@ -1665,11 +1596,6 @@ class RayEnvManager(VectorEnv):  # type: ignore[type-arg]
 
     # ---------------------------------------------------------------- call / attrs
 
-    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
-        """Call method ``name`` (or read attribute ``name``) on every env; one result per env."""
-        self.call_async(name, *args, **kwargs)
-        return self.call_wait()
-
     def call_async(self, name: str, *args: Any, **kwargs: Any) -> None:
         """Send :meth:`call` to every actor without waiting (``AsyncVectorEnv``'s API)."""
         self._check_idle("call_async")
@@ -1682,10 +1608,6 @@ class RayEnvManager(VectorEnv):  # type: ignore[type-arg]
         name = self._take_pending("call")
         results = self._collect(range(self.n_actors), f"call({name!r})", timeout=timeout)
         return tuple(x for k in range(self.n_actors) for x in results[k])
-
-    def get_attr(self, name: str) -> tuple[Any, ...]:
-        """Read attribute ``name`` of every env."""
-        return self.call(name)
 
     def set_attr(self, name: str, values: Any) -> None:
         """Set attribute ``name`` on every env: one value for all, or a list/tuple per env."""
@@ -1700,10 +1622,6 @@ class RayEnvManager(VectorEnv):  # type: ignore[type-arg]
                 k, "set_attr", (name, tuple(values[r.start : r.stop])), self.step_timeout
             )
         self._collect(range(self.n_actors), "set_attr")
-
-    def render(self) -> tuple[Any, ...]:
-        """Each env's ``render()`` result."""
-        return self.call("render")
 
     # ---------------------------------------------------------------- introspection
 
@@ -1774,12 +1692,6 @@ class RayEnvManager(VectorEnv):  # type: ignore[type-arg]
             self._owns_ray = False
             if ray is not None:
                 _release_ray(ray, shutdown=self.shutdown_ray)
-
-    def __enter__(self) -> RayEnvManager:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __del__(self) -> None:
         # Safety net only (Ray also kills a driver's actors when the driver exits).
