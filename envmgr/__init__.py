@@ -12,6 +12,7 @@ from typing import Any
 from envmgr import timers
 from envmgr.errors import (
     AlreadyPendingCallError,
+    BrokenManagerError,
     BrokenWorkerError,
     ClosedManagerError,
     EnvMgrError,
@@ -46,6 +47,7 @@ __all__ = [
     "WorkerTimeoutError",
     "WorkerError",
     "BrokenWorkerError",
+    "BrokenManagerError",
     "RemoteTraceback",
     "__version__",
 ]

@@ -33,6 +33,7 @@ __all__ = [
     "WorkerTimeoutError",
     "WorkerError",
     "BrokenWorkerError",
+    "BrokenManagerError",
     "RemoteTraceback",
 ]
 
@@ -46,7 +47,7 @@ class UsageError(EnvMgrError):
 
 
 class ClosedManagerError(UsageError, gym_error.ClosedEnvironmentError):
-    """A call reached a manager that is closed, or broken beyond repair."""
+    """A call reached a manager that the user closed."""
 
 
 class AlreadyPendingCallError(UsageError, gym_error.AlreadyPendingCallError):
@@ -127,6 +128,14 @@ class WorkerError(WorkerFailure):
 
 class BrokenWorkerError(WorkerFailure):
     """A worker failed beyond its restart budget; the manager is now unusable."""
+
+
+class BrokenManagerError(WorkerFailure, gym_error.ClosedEnvironmentError):
+    """A call reached a manager broken by an earlier worker failure (``__cause__``: that one).
+
+    Distinct from :class:`ClosedManagerError`, which only a manager the user closed
+    raises. Also a Gymnasium ``ClosedEnvironmentError``: the manager cannot be used.
+    """
 
 
 class RemoteTraceback(Exception):

@@ -11,7 +11,6 @@ works under every start method.
 from __future__ import annotations
 
 import dataclasses
-import os
 import pickle
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -19,6 +18,7 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.envs.registration import EnvSpec, load_env_creator
 
+from envmgr.layout import split_counts
 from envmgr.manager import SubprocessEnvManager
 
 __all__ = ["make"]
@@ -127,35 +127,6 @@ def _positive_int(name: str, value: Any) -> int:
     return value
 
 
-def _split(num_envs: int, n_workers: int | None, envs_per_worker: int | None) -> tuple[int, int]:
-    """(n_workers, envs_per_worker) for ``num_envs`` envs, or a ValueError saying why not."""
-    if n_workers is not None and envs_per_worker is not None:
-        if n_workers * envs_per_worker != num_envs:
-            raise ValueError(
-                f"num_envs={num_envs} does not match n_workers * envs_per_worker = "
-                f"{n_workers} * {envs_per_worker} = {n_workers * envs_per_worker}"
-            )
-        return n_workers, envs_per_worker
-    if n_workers is not None:
-        if num_envs % n_workers:
-            raise ValueError(
-                f"num_envs={num_envs} cannot be split evenly over n_workers={n_workers} "
-                f"(every worker steps the same number of envs); use a multiple of {n_workers}"
-            )
-        return n_workers, num_envs // n_workers
-    if envs_per_worker is not None:
-        if num_envs % envs_per_worker:
-            raise ValueError(
-                f"num_envs={num_envs} cannot be split into workers of "
-                f"envs_per_worker={envs_per_worker}; use a multiple of {envs_per_worker}"
-            )
-        return num_envs // envs_per_worker, envs_per_worker
-    # As many workers as cores, but only a count that divides num_envs.
-    cores = os.cpu_count() or 1
-    w = max(d for d in range(1, min(cores, num_envs) + 1) if num_envs % d == 0)
-    return w, num_envs // w
-
-
 def make(
     env_id: str | EnvSpec,
     num_envs: int,
@@ -182,7 +153,8 @@ def make(
     Args:
         env_id: A registered id such as ``"CartPole-v1"`` (``"module:Env-v0"`` imports
             ``module`` first, as ``gymnasium.make`` does), or an ``EnvSpec``.
-        num_envs: Total number of envs; must split evenly over the workers.
+        num_envs: Total number of envs; worker ``w`` gets ``num_envs // n_workers``, the first
+            ``num_envs % n_workers`` workers one more.
         n_workers: Worker processes. Default: ``num_envs / envs_per_worker`` if that is given,
             else the largest divisor of ``num_envs`` not above the number of cores.
         envs_per_worker: Envs per worker (default ``num_envs / n_workers``).
@@ -222,6 +194,6 @@ def make(
                 raise ValueError(f"wrappers[{i}] is {wrap!r}, not a callable env -> env")
     if "env_fns" in manager_kwargs:
         raise TypeError("make() got an unexpected keyword argument 'env_fns'")
-    workers, per_worker = _split(num_envs, n_workers, envs_per_worker)
+    layout = split_counts(num_envs, n_workers, envs_per_worker)
     factory = _SpecEnvFactory(_resolve_spec(env_id), dict(env_kwargs or {}), wrapper_tuple)
-    return SubprocessEnvManager(factory, workers, per_worker, **manager_kwargs)
+    return SubprocessEnvManager(factory, layout.n_groups, num_envs=num_envs, **manager_kwargs)

@@ -27,6 +27,7 @@ __all__ = [
     "Step",
     "Reset",
     "Call",
+    "Apply",
     "SetAttr",
     "FlushTimers",
     "Close",
@@ -70,9 +71,8 @@ class WorkerConfig:
 
     Attributes:
         worker_index: This worker's index in the manager.
-        env_offset: Global index of this worker's first env.
-        env_fns: The worker's env factories, cloudpickled (lambdas and closures travel).
-        autoreset_mode: Gymnasium autoreset mode value (``"NextStep"``, ...).
+        group: The worker's :class:`~envmgr.envgroup.GroupSpec`, cloudpickled
+            (lambdas and closures travel).
         spin_seconds: How long to busy-poll for a command before blocking.
         manager_pid: Pid of the manager process, checked to exit when it is gone.
         fds_to_close: Inherited descriptors a forked worker closes at once (the
@@ -86,9 +86,7 @@ class WorkerConfig:
     """
 
     worker_index: int
-    env_offset: int
-    env_fns: bytes
-    autoreset_mode: str
+    group: bytes
     spin_seconds: float
     manager_pid: int
     fds_to_close: tuple[int, ...] = ()
@@ -152,22 +150,36 @@ class Reset:
 @_fast_pickle
 @dataclass(frozen=True, slots=True)
 class Call:
-    """Call a method (or read an attribute) on every env of the worker."""
+    """Call a method (or read an attribute) on the envs ``env_ids`` (local; ``None``: all)."""
 
     seq: int
     name: str
     args: tuple[Any, ...] = ()
     kwargs: dict[str, Any] = field(default_factory=dict)
+    env_ids: tuple[int, ...] | None = None
+
+
+@_fast_pickle
+@dataclass(frozen=True, slots=True)
+class Apply:
+    """Run ``fn(env, *args, **kwargs)`` (``fn`` cloudpickled) on the envs ``env_ids``."""
+
+    seq: int
+    fn: bytes
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    env_ids: tuple[int, ...] | None = None
 
 
 @_fast_pickle
 @dataclass(frozen=True, slots=True)
 class SetAttr:
-    """Set an attribute on each env of the worker, one value per env."""
+    """Set an attribute on the envs ``env_ids`` (local; ``None``: all), one value per env."""
 
     seq: int
     name: str
     values: tuple[Any, ...]
+    env_ids: tuple[int, ...] | None = None
 
 
 @_fast_pickle
@@ -186,7 +198,7 @@ class Close:
     seq: int
 
 
-Command = Attach | Step | Reset | Call | SetAttr | FlushTimers | Close
+Command = Attach | Step | Reset | Call | Apply | SetAttr | FlushTimers | Close
 
 
 # --------------------------------------------------------------------------- answers
@@ -237,6 +249,9 @@ class StepResponse:
         timer_root: The worker's timer tree since the last one shipped, or ``None``
             when the command did not ask for it.
         gauges: The worker's gauges since the last shipment.
+        arrays: The group's rows of the batch, from a backend without shared
+            memory: ``(observations or None, rewards, terminations, truncations,
+            env_seconds or None, env_steps or None)``.
     """
 
     worker_index: int
@@ -245,6 +260,7 @@ class StepResponse:
     observations: tuple[Any, ...] | None = None
     timer_root: TimerNode | None = None
     gauges: dict[str, GaugeNode] | None = None
+    arrays: tuple[Any, ...] | None = None
 
 
 @_fast_pickle

@@ -26,6 +26,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector.utils import create_empty_array
 
+from envmgr.batching import tree_map
+
 __all__ = ["fits_shared_memory", "SharedLayout", "SharedBuffers", "tree_map", "SEGMENT_PREFIX"]
 
 #: Every segment envmgr creates is named with this prefix, so leaks are easy to spot.
@@ -54,15 +56,6 @@ def fits_shared_memory(space: gym.Space[Any]) -> bool:
     if isinstance(space, gym.spaces.Tuple):
         return all(fits_shared_memory(s) for s in space.spaces)
     return False
-
-
-def tree_map(fn: Callable[[np.ndarray], Any], tree: Any) -> Any:
-    """Apply ``fn`` to every array leaf of a dict/tuple nest, keeping the structure."""
-    if isinstance(tree, dict):
-        return {k: tree_map(fn, v) for k, v in tree.items()}
-    if isinstance(tree, tuple):
-        return tuple(tree_map(fn, v) for v in tree)
-    return fn(tree)
 
 
 def _leaves(tree: Any) -> list[np.ndarray]:
@@ -154,7 +147,9 @@ class SharedBuffers:
     env_steps: np.ndarray
     control: np.ndarray
 
-    def __init__(self, layout: SharedLayout, shm: shared_memory.SharedMemory, owner: bool) -> None:
+    def __init__(
+        self, layout: SharedLayout, shm: shared_memory.SharedMemory | None, owner: bool
+    ) -> None:
         self.layout = layout
         self._shm: shared_memory.SharedMemory | None = shm
         self._owner = owner
@@ -162,7 +157,11 @@ class SharedBuffers:
         # view made from the memoryview does not stop ``shm.close()`` unmapping
         # the memory under it (a later read would crash), whereas an export of
         # the mmap makes close() refuse while any view is alive.
-        buf = getattr(shm, "_mmap", None) or shm.buf
+        buf: Any
+        if shm is None:  # private memory: the same arrays for a backend without shared memory
+            buf = bytearray(layout.size())
+        else:
+            buf = getattr(shm, "_mmap", None) or shm.buf
         offset = 0
 
         def place(template: np.ndarray) -> np.ndarray:
@@ -199,6 +198,19 @@ class SharedBuffers:
         shm = shared_memory.SharedMemory(name=name, create=True, size=draft.size())
         layout = SharedLayout(shm.name, observation_space, action_space, num_envs, n_workers)
         return cls(layout, shm, owner=True)
+
+    @classmethod
+    def private(
+        cls,
+        observation_space: gym.Space[Any],
+        action_space: gym.Space[Any],
+        num_envs: int,
+        n_workers: int = 1,
+    ) -> SharedBuffers:
+        """The same arrays in this process's own memory (a Ray driver or actor)."""
+        return cls(
+            SharedLayout("", observation_space, action_space, num_envs, n_workers), None, True
+        )
 
     @classmethod
     def attach(cls, layout: SharedLayout) -> SharedBuffers:

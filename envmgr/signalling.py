@@ -30,7 +30,7 @@ from __future__ import annotations
 import os
 import select
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 from time import perf_counter
 
@@ -218,7 +218,7 @@ class ParentDoorbell:
         self.conns = conns
         self.wake_fd = wake_fd
 
-    def announce(self, workers: range | list[int], seq: int, kind: int) -> None:
+    def announce(self, workers: Sequence[int], seq: int, kind: int) -> None:
         """Store the command word for each worker and ring those that sleep."""
         words = self.words
         word = encode_command(seq, kind)

@@ -180,7 +180,7 @@ def test_env_registered_in_main_script(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"num_envs": 5, "n_workers": 2}, "num_envs=5 cannot be split evenly over n_workers=2"),
+        ({"num_envs": 1, "n_workers": 2}, "num_envs=1, fewer than n_workers=2"),
         ({"num_envs": 6, "envs_per_worker": 4}, "envs_per_worker=4"),
         ({"num_envs": 4, "n_workers": 2, "envs_per_worker": 3}, "does not match"),
         ({"num_envs": 0}, "num_envs must be a positive int"),

@@ -48,6 +48,7 @@ from gymnasium.vector.utils import batch_space
 import envmgr
 from envmgr import (
     AlreadyPendingCallError,
+    BrokenManagerError,
     BrokenWorkerError,
     ClosedManagerError,
     NoAsyncCallError,
@@ -123,7 +124,7 @@ def test_resolve_layout_for_one_factory() -> None:
 @pytest.mark.parametrize(
     ("env_fns", "kwargs", "match"),
     [
-        ([DictObsEnv] * 6, {"n_workers": 4}, r"6 env factories .*n_workers=4"),
+        ([DictObsEnv] * 6, {"n_workers": 7}, r"6 env factories .*n_workers=7"),
         ([DictObsEnv] * 6, {"envs_per_worker": 4}, r"6 env factories .*envs_per_worker=4"),
         ([DictObsEnv] * 6, {"n_workers": 2, "envs_per_worker": 2}, r"2 \* 2 = 4.*6 env factories"),
         ([DictObsEnv, "not a factory"], {}, r"env_fns\[1\] is 'not a factory'"),
@@ -580,7 +581,7 @@ def test_sigkilled_worker_raises_worker_died_error(start_method: str) -> None:
         assert exc.worker_index == 0 and exc.env_indices == (0, 1)
         assert exc.exitcode == -signal.SIGKILL
         assert envs.closed
-        with pytest.raises(ClosedManagerError, match="broken"):
+        with pytest.raises(BrokenManagerError, match="broken"):
             envs.step(action)
     envs.close()
 
@@ -640,7 +641,7 @@ def test_hung_worker_raises_worker_timeout_error() -> None:
             envs.step(zeros)
         assert isinstance(ei.value, TimeoutError)
         assert ei.value.worker_index == 1 and "worker 1" in str(ei.value)
-        with pytest.raises(ClosedManagerError):
+        with pytest.raises(BrokenManagerError):
             envs.step(zeros)
 
 

@@ -50,9 +50,7 @@ def _samples() -> dict[str, Any]:
     return {
         "WorkerConfig": messages.WorkerConfig(
             worker_index=1,
-            env_offset=4,
-            env_fns=b"\x80\x05payload",
-            autoreset_mode="NextStep",
+            group=b"\x80\x05payload",
             spin_seconds=2e-4,
             manager_pid=1234,
             fds_to_close=(7, 9),
@@ -61,8 +59,9 @@ def _samples() -> dict[str, Any]:
         "Attach": messages.Attach(3, _LAYOUT),
         "Step": messages.Step(5, True, (np.int64(1), "text-action")),
         "Reset": messages.Reset(6, (1, None, 3), {"note": 1}, (True, False, True), False),
-        "Call": messages.Call(7, "scaled", (2,), {"offset": 1}),
-        "SetAttr": messages.SetAttr(8, "tag", (1, 2)),
+        "Call": messages.Call(7, "scaled", (2,), {"offset": 1}, (0, 2)),
+        "Apply": messages.Apply(7, b"\x80\x05fn", (2,), {"offset": 1}, (1,)),
+        "SetAttr": messages.SetAttr(8, "tag", (1, 2), (0, 1)),
         "FlushTimers": messages.FlushTimers(9),
         "Close": messages.Close(10),
         "Ready": messages.Ready(
@@ -82,6 +81,7 @@ def _samples() -> dict[str, Any]:
             ("obs0", "obs1"),
             _timer_tree(),
             _gauges(),
+            (None, [0.0, 1.0], [False, True], [True, False], None, None),
         ),
         "CallResponse": messages.CallResponse(0, 13, (1, "two", None)),
         "ErrorResponse": messages.ErrorResponse(

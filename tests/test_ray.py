@@ -26,6 +26,7 @@ import pytest
 from envmgr import timers
 from envmgr.errors import (
     AlreadyPendingCallError,
+    BrokenManagerError,
     BrokenWorkerError,
     ClosedManagerError,
     NoAsyncCallError,
@@ -412,7 +413,7 @@ def test_first_ready_send_recv(ray: Any) -> None:
                 seen[env] += 1
             envs.send(np.ones(len(ids), dtype=np.int64), ids)
         busy = envs.actors_in_flight[0]
-        with pytest.raises(ValueError, match="already has a step in flight"):
+        with pytest.raises(AlreadyPendingCallError, match="already has a step in flight"):
             envs.send(np.ones(per_actor, dtype=np.int64), envs.actor_info[busy].envs)
         with pytest.raises(ValueError, match="whole actors"):
             envs.send(np.ones(1, dtype=np.int64), [0])
@@ -467,7 +468,7 @@ def test_killed_actor_is_detected_and_restarted(ray: Any) -> None:
         np.testing.assert_array_equal(infos[f"_{RESTARTED_INFO_KEY}"], victims)
         reason = infos[RESTARTED_INFO_KEY][per_actor]
         assert "ray actor 1 (envs 3-5)" in reason and f"on node {NODE_IP}" in reason
-        assert "ray.kill" in reason and "restart 1" in reason
+        assert "ray.kill" in reason
         assert envs.restarts == [0, 1]
         assert envs.actor_info[1].actor_id != old_id
         (failure,) = envs.failures
@@ -500,7 +501,7 @@ def test_killed_actor_is_detected_and_restarted(ray: Any) -> None:
             envs.step(np.zeros(6, dtype=np.int64))
         assert err.value.worker_index == 1 and err.value.env_indices == (3, 4, 5)
         assert isinstance(err.value.__cause__, RayActorDiedError)
-        with pytest.raises(ClosedManagerError, match="broken"):
+        with pytest.raises(BrokenManagerError, match="broken"):
             envs.step(np.zeros(6, dtype=np.int64))
 
 
@@ -522,9 +523,9 @@ def test_death_without_restarts_raises_and_closes(ray: Any) -> None:
     assert err.value.node_ip == NODE_IP and err.value.node_id == envs.actor_info[0].node_id
     assert "ray.kill" in err.value.reason
     assert envs.closed
-    with pytest.raises(ClosedManagerError, match="broken"):
+    with pytest.raises(BrokenManagerError, match="broken"):
         envs.step(np.zeros(4, dtype=np.int64))
-    with pytest.raises(ClosedManagerError):
+    with pytest.raises(BrokenManagerError):
         envs.reset()
     envs.close()
     assert _wait_dead(ray, ids) == {i: "DEAD" for i in ids}

@@ -38,7 +38,7 @@ from envmgr.backends.ray import (  # noqa: E402
     RayActorDiedError,
     RayEnvManager,
 )
-from envmgr.errors import BrokenWorkerError, ClosedManagerError  # noqa: E402
+from envmgr.errors import BrokenManagerError, BrokenWorkerError  # noqa: E402
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -276,7 +276,7 @@ def test_killed_actor_on_one_node_is_replaced_there(two_nodes: TwoNodes) -> None
             envs.step(np.zeros(6, dtype=np.int64))
         assert isinstance(err.value.__cause__, RayActorDiedError)
         assert err.value.__cause__.node_ip == NODE_IP
-        with pytest.raises(ClosedManagerError):
+        with pytest.raises(BrokenManagerError):
             envs.step(np.zeros(6, dtype=np.int64))
         assert not ray.is_initialized(), "a broken manager releases the connection it opened"
     finally:

@@ -1,0 +1,447 @@
+"""The local backend: one worker process per group, shared memory, and the doorbell.
+
+Data flow of one step (see :mod:`envmgr.signalling` for the words)::
+
+    parent                                    worker w (envmgr.worker)
+    ------                                    ------------------------
+    post_step: actions -> shared memory
+               CMD word[w] = seq|STEP   --->  doorbell.wait() sees the word
+                                              serve(group, Step) -> envs stepped,
+                                                results -> its rows of shared memory
+    wait: sleeps on the wake-up pipe    <---  DONE word[w] = seq (+ pipe message if infos);
+          and the worker sentinels            the last worker to finish writes the pipe
+          reads the pipe of workers
+          whose DONE word says "message"
+
+Every other command is a pickled message on the worker's pipe, flagged in its
+``CMD`` word, and answered the same way (``DONE`` word + message). A dead
+worker is seen through its process sentinel, at once.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import sys
+import threading
+import types
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from multiprocessing import resource_tracker
+from multiprocessing.connection import Connection
+from time import monotonic, perf_counter
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from envmgr.backend import Lost, Waited, group_shares, remote_exception
+from envmgr.batching import copy_tree, scatter_tree
+from envmgr.errors import RemoteTraceback, WorkerDiedError, WorkerTimeoutError
+from envmgr.layout import Layout
+from envmgr.messages import Attach, Close, Command, ErrorResponse, Ready, Step, WorkerConfig
+from envmgr.shared_memory import SharedBuffers
+from envmgr.signalling import KIND_PIPE, KIND_STEP, SHIP_TIMERS, WAIT_ALL, WAIT_ANY, ParentDoorbell
+from envmgr.worker import worker_main
+
+__all__ = ["ProcessBackend"]
+
+
+@contextmanager
+def _main_module_hidden() -> Iterator[None]:
+    """Keep spawn/forkserver children from re-running the user's ``__main__``.
+
+    Workers need nothing from ``__main__``: env factories travel by value with
+    cloudpickle. Hiding it means scripts without an ``if __name__ == "__main__"``
+    guard work under every start method.
+    """
+    main = sys.modules.get("__main__")
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        if main is not None:
+            sys.modules["__main__"] = main
+
+
+class ProcessBackend:
+    """Worker processes over shared memory (see the module docstring).
+
+    Args:
+        layout: The groups.
+        payloads: Each group's cloudpickled :class:`~envmgr.envgroup.GroupSpec`.
+        ctx: The multiprocessing context.
+        spin_seconds: How long workers spin for a command before sleeping.
+        parent_spin_seconds: How long :meth:`wait` spins before sleeping.
+        start_timeout: Seconds a worker may take to build its envs.
+        close_timeout: Seconds :meth:`shutdown` waits for workers to exit.
+    """
+
+    def __init__(
+        self,
+        layout: Layout,
+        payloads: list[bytes],
+        ctx: Any,
+        *,
+        spin_seconds: float,
+        parent_spin_seconds: float,
+        start_timeout: float | None,
+        close_timeout: float,
+    ) -> None:
+        self.layout = layout
+        self._payloads = payloads
+        self._ctx = ctx
+        self._fork = ctx.get_start_method() == "fork"
+        self.spin_seconds = spin_seconds
+        self.parent_spin_seconds = parent_spin_seconds
+        self.start_timeout = start_timeout
+        self.close_timeout = close_timeout
+        self.processes: list[Any] = []
+        self.conns: list[Connection] = []
+        self.buffers: SharedBuffers | None = None
+        self.worker_pids: list[int] = []
+        self._bell: ParentDoorbell | None = None
+        self._seq = -1_000_000  # start-up commands; the front end's seqs are positive
+        # One wake-up pipe for the whole manager: the last worker to finish a
+        # step writes a byte, so the parent sleeps through the whole batch.
+        self._wake_r, self._wake_w = ctx.Pipe(duplex=False)
+        os.set_blocking(self._wake_r.fileno(), False)
+        self._poller = select.poll()
+        self._poller.register(self._wake_r.fileno(), select.POLLIN)
+        self._owner: dict[int, int] = {}  # sentinel fd -> group
+
+    # ================================================================ names
+
+    def where(self, g: int) -> str:
+        return self.layout.where("worker", g)
+
+    def timer_name(self, g: int) -> str:
+        return f"worker_{g}"
+
+    # ================================================================ start-up
+
+    def start(self) -> list[Ready]:
+        # Start the resource tracker before any worker exists, so every worker
+        # shares it and it unlinks our segment if this process is killed.
+        resource_tracker.ensure_running()
+        for g in range(self.layout.n_groups):
+            proc, conn = self._spawn(g, None)
+            self.processes.append(proc)
+            self.conns.append(conn)
+        readies = self._handshake(range(self.layout.n_groups), "start")
+        self.worker_pids = [r.pid for r in readies]
+        return readies
+
+    def attach(
+        self, observation_space: gym.Space[Any], action_space: gym.Space[Any]
+    ) -> SharedBuffers:
+        n = self.layout.n_groups
+        self.buffers = SharedBuffers.create(
+            observation_space, action_space, self.layout.num_envs, n
+        )
+        for conn in self.conns:
+            conn.send(Attach(-1, self.buffers.layout))
+        self._handshake(range(n), "attach")
+        self._bell = ParentDoorbell(self.buffers.control, self.conns, self._wake_r.fileno())
+        return self.buffers
+
+    def _spawn(self, g: int, layout: Any) -> tuple[Any, Connection]:
+        """Start worker ``g``'s process; with ``layout`` it attaches to shared memory at once."""
+        parent_conn, child_conn = self._ctx.Pipe(duplex=True)
+        inherited = [parent_conn, self._wake_r, *(c for i, c in enumerate(self.conns) if i != g)]
+        config = WorkerConfig(
+            worker_index=g,
+            group=self._payloads[g],
+            spin_seconds=self.spin_seconds,
+            manager_pid=os.getpid(),
+            # A forked child inherits the parent's ends of the pipes; it closes
+            # them so that a dead parent reads as end-of-file.
+            fds_to_close=tuple(c.fileno() for c in inherited) if self._fork else (),
+            layout=layout,
+            death_signal=threading.current_thread() is threading.main_thread(),
+        )
+        proc = self._ctx.Process(
+            target=worker_main,
+            args=(child_conn, self._wake_w, config),
+            name=f"envmgr-worker-{g}",
+            daemon=True,
+        )
+        with _main_module_hidden():
+            proc.start()
+        child_conn.close()
+        self._poller.register(proc.sentinel, select.POLLIN)
+        self._owner[proc.sentinel] = g
+        return proc, parent_conn
+
+    def _handshake(self, groups: Sequence[int] | range, phase: str) -> list[Any]:
+        """Read one pipe answer from each group before the doorbell exists (start-up)."""
+        deadline = None if self.start_timeout is None else monotonic() + self.start_timeout
+        answers: dict[int, Any] = {}
+        pending = set(groups)
+        while pending:
+            for g in sorted(pending):
+                conn = self.conns[g]
+                if conn.poll():
+                    try:
+                        answers[g] = conn.recv()
+                    except (EOFError, OSError):
+                        answers[g] = None
+                    pending.discard(g)
+                elif self.processes[g].exitcode is not None and not conn.poll():
+                    answers[g] = None
+                    pending.discard(g)
+            if not pending:
+                break
+            if deadline is not None and monotonic() > deadline:
+                g = min(pending)
+                raise self._lost(
+                    g, f"it did not answer {phase} within {self.start_timeout} s", True
+                ).failure
+            select.select(
+                [self.conns[g] for g in pending] + [self.processes[g].sentinel for g in pending],
+                [],
+                [],
+                0.05,
+            )
+        errors = [a for a in answers.values() if isinstance(a, ErrorResponse)]
+        if errors:
+            err = errors[0]
+            g = err.worker_index
+            exc = remote_exception(err, self.where(g), self.layout.range(g))
+            raise exc from RemoteTraceback(err.traceback)
+        for g, a in sorted(answers.items()):
+            if a is None:
+                raise self._lost(g, self._exit_reason(g, phase)[0], False).failure
+        return [answers[g] for g in sorted(answers)]
+
+    # ================================================================ commands
+
+    def post(self, commands: Mapping[int, Command]) -> None:
+        """Send a pickled command to each group, then flag it in its command word."""
+        seq = None
+        for g, cmd in commands.items():
+            seq = cmd.seq
+            try:
+                self.conns[g].send(cmd)
+            except (BrokenPipeError, ConnectionResetError, OSError):
+                # The worker is dead. The wait that follows sees its sentinel and
+                # reports it; failing here would bypass the restart policy.
+                pass
+        if seq is not None and self._bell is not None:
+            # A worker spinning on its command word looks there, not at the pipe.
+            self._bell.announce(list(commands), seq, KIND_PIPE)
+
+    def post_step(
+        self, groups: Sequence[int], seq: int, ship: bool, actions: Any, ids: np.ndarray | None
+    ) -> None:
+        """Place the actions and wake the groups: through shared memory where the space fits."""
+        buffers, bell = self.buffers, self._bell
+        assert buffers is not None and bell is not None
+        if buffers.actions is not None:
+            if ids is None:
+                copy_tree(buffers.actions, actions)
+            else:
+                scatter_tree(buffers.actions, ids, actions)
+            bell.announce(groups, seq, KIND_STEP | (SHIP_TIMERS if ship else 0))
+            return
+        space = buffers.layout.action_space
+        shares = group_shares(space, actions, self.layout, groups, ids)
+        self.post({g: Step(seq, ship, shares[g]) for g in groups})
+
+    # ================================================================ waiting
+
+    def wait(
+        self, seqs: Mapping[int, int], timeout: float | None, need: int | None, phase: str
+    ) -> Waited:
+        """Sleep until the groups answered ``seqs`` (or ``need`` of them did), died or overran."""
+        deadline = None if timeout is None else monotonic() + timeout
+        bell = self._bell
+        assert bell is not None
+        pending = dict(seqs)
+        want = len(pending) if need is None else min(need, len(pending))
+        everyone = need is None and len(pending) == self.layout.n_groups
+        mode = WAIT_ALL if everyone and len(set(pending.values())) == 1 else WAIT_ANY
+        got = Waited()
+        lost = got.lost
+        is_done = bell.is_done
+
+        def finished() -> list[int]:
+            return [g for g, s in pending.items() if is_done(g, s)]
+
+        def enough() -> bool:
+            return len(finished()) + len(lost) >= want
+
+        if self.parent_spin_seconds > 0.0 and not enough():
+            spin_end = perf_counter() + self.parent_spin_seconds
+            while not enough() and perf_counter() < spin_end:
+                os.sched_yield()
+        # Wake-ups are not lost (see envmgr.signalling), but re-checking every few
+        # milliseconds keeps even a lost one from costing more than that.
+        wait_ms = 5
+        muted: list[int] = []
+        try:
+            while not enough():
+                if deadline is not None:
+                    left = deadline - monotonic()
+                    if left <= 0:
+                        done = finished()
+                        late = sorted(
+                            (s, g) for g, s in pending.items() if g not in done and g not in lost
+                        )
+                        for _, g in late[: want - len(done) - len(lost)]:
+                            lost[g] = self._lost(
+                                g, f"it did not answer {phase} within {timeout} s", True
+                            )
+                        break
+                    wait_ms = min(wait_ms, int(left * 1000) + 1)
+                for fd, _ in bell.wait(enough, self._poller, wait_ms, mode):
+                    g = self._owner.get(fd, -1)
+                    if g in pending and g not in lost and not is_done(g, pending[g]):
+                        reason, fatal = self._exit_reason(g, phase, pending[g])
+                        if fatal is not None:
+                            got.fatal = fatal
+                            return got
+                        lost[g] = self._lost(g, reason, False)
+                    elif g >= 0 and g not in pending:
+                        # Died while idle: the next command to it finds out. Stop
+                        # polling its sentinel meanwhile, or poll() returns at once.
+                        self._poller.unregister(fd)
+                        muted.append(fd)
+                wait_ms = min(wait_ms * 2, 100)
+        finally:
+            for fd in muted:
+                if fd in self._owner:
+                    self._poller.register(fd, select.POLLIN)
+        # First come, first served: the commands sent earliest (lowest seq) first.
+        done = sorted(finished(), key=lambda g: (pending[g], g))
+        for g in lost:
+            done = [d for d in done if d != g]
+        self._read_answers(done[: want - len(lost)], pending, got)
+        return got
+
+    def _read_answers(self, groups: list[int], seqs: Mapping[int, int], got: Waited) -> None:
+        """The pipe answers of the groups whose DONE word says they sent one."""
+        bell = self._bell
+        assert bell is not None
+        with_message = set(bell.with_message())
+        for g in sorted(groups):
+            seq = seqs[g]
+            if g not in with_message:
+                got.answers[g] = None
+                continue
+            while True:
+                try:
+                    msg = self.conns[g].recv()
+                except (EOFError, OSError):
+                    got.lost[g] = self._lost(g, "its pipe closed", False)
+                    break
+                if getattr(msg, "seq", None) == seq:
+                    if isinstance(msg, ErrorResponse):
+                        got.errors.append(msg)
+                    else:
+                        got.answers[g] = msg
+                    break  # older answers (after a timeout) are dropped
+
+    def _exit_reason(
+        self, g: int, phase: str, seq: int | None = None
+    ) -> tuple[str, ErrorResponse | None]:
+        """Why worker ``g`` stopped answering; with the error it reported before exiting, if any."""
+        conn = self.conns[g]
+        try:
+            while conn.poll():
+                msg = conn.recv()
+                if isinstance(msg, ErrorResponse) and msg.seq in (seq, -1):
+                    return "", msg
+        except (EOFError, OSError):
+            pass
+        proc = self.processes[g]
+        proc.join(0.5)
+        code = proc.exitcode
+        if code is None:
+            how = "stopped answering"
+        elif code < 0:
+            try:
+                how = f"was killed by signal {signal.Signals(-code).name} (exit code {code})"
+            except ValueError:
+                how = f"was killed by signal {-code}"
+        else:
+            how = f"exited with code {code}"
+        return f"it {how} during {phase}", None
+
+    def _lost(self, g: int, reason: str, timed_out: bool) -> Lost:
+        message = f"{self.where(g)}: {reason}"
+        envs = self.layout.range(g)
+        if timed_out:
+            return Lost(reason, WorkerTimeoutError(message, g, envs))
+        code = self.processes[g].exitcode if g < len(self.processes) else None
+        return Lost(reason, WorkerDiedError(message, g, envs, code))
+
+    # ================================================================ replacing
+
+    def replace(self, g: int, timeout: float | None) -> Lost | None:
+        """A new process for group ``g``, attached to shared memory; its loss if it fails."""
+        old = self.processes[g]
+        if old.is_alive():
+            old.kill()
+        old.join(5.0)
+        try:
+            self._poller.unregister(old.sentinel)
+        except (KeyError, ValueError):
+            pass
+        self._owner.pop(old.sentinel, None)
+        self.conns[g].close()
+        assert self.buffers is not None
+        # Its command word may hold the step it never finished: the new process
+        # reads the word as already seen, so it will not run it.
+        proc, conn = self._spawn(g, self.buffers.layout)
+        self.processes[g], self.conns[g] = proc, conn
+        try:
+            old.close()
+        except ValueError:
+            pass
+        try:
+            (ready,) = self._handshake([g], "restart")
+        except (WorkerDiedError, WorkerTimeoutError) as exc:
+            reason = str(exc).split(": ", 1)[-1]
+            return self._lost(g, reason, isinstance(exc, WorkerTimeoutError))
+        self.worker_pids[g] = ready.pid
+        return None
+
+    # ================================================================ shutdown
+
+    def shutdown(self, graceful: bool) -> None:
+        """Stop every worker within ``close_timeout`` and unlink shared memory."""
+        procs, conns = self.processes, self.conns
+        self.processes, self.conns = [], []
+        for proc, conn in zip(procs, conns, strict=True):
+            if proc.is_alive():
+                try:
+                    conn.send(Close(0))
+                except Exception:
+                    pass
+        deadline = monotonic() + self.close_timeout
+        for proc in procs:
+            proc.join(max(0.0, deadline - monotonic()))
+        for proc in procs:
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(1.0)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(1.0)
+        wake = [self._wake_r, self._wake_w]
+        self._wake_r = self._wake_w = None  # type: ignore[assignment]
+        for pipe_end in [*conns, *wake]:
+            if pipe_end is not None:
+                pipe_end.close()
+        for proc in procs:
+            try:
+                proc.close()
+            except ValueError:
+                pass
+        self._owner.clear()
+        self._bell = None
+        buffers, self.buffers = self.buffers, None
+        if buffers is not None:
+            buffers.close()
