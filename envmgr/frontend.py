@@ -243,13 +243,14 @@ class BatchedVectorEnv(VectorEnv):  # type: ignore[type-arg]
             The answers by group, and the groups replaced on the way (with the note
             their envs' infos carry).
         """
-        backend = self._check_usable(phase)
+        backend = self._backend
+        assert backend is not None
         got: Waited = backend.wait(seqs, timeout, need, phase)
         if got.fatal is not None:
             self._raise_remote(got.fatal)
         answers = got.answers
         replaced: dict[int, str] = {}
-        for g, lost in sorted(got.lost.items()):
+        for g, lost in sorted(got.lost.items()) if got.lost else ():
             if phase not in ("step", "reset"):
                 self.failures.append(lost.failure)
                 self._break(lost.failure)
@@ -363,11 +364,10 @@ class BatchedVectorEnv(VectorEnv):  # type: ignore[type-arg]
         """Gymnasium's vector infos of the answers, then the restart notes, cut to ``rows``."""
         infos: dict[str, Any] = {}
         starts = self._layout.starts
-        for g in sorted(answers):
-            a = answers[g]
-            if a is not None:
-                for i, info in a.infos:
-                    infos = self._add_info(infos, info, starts[g] + i)
+        said = [(g, a) for g, a in answers.items() if a is not None and a.infos]
+        for g, a in sorted(said) if len(said) > 1 else said:
+            for i, info in a.infos:
+                infos = self._add_info(infos, info, starts[g] + i)
         for g, note in replaced.items():
             for i in self._env_range(g):
                 infos = self._add_info(infos, {RESTARTED_INFO_KEY: note}, i)

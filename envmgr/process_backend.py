@@ -255,24 +255,54 @@ class ProcessBackend:
         self, seqs: Mapping[int, int], timeout: float | None, need: int | None, phase: str
     ) -> Waited:
         """Sleep until the groups answered ``seqs`` (or ``need`` of them did), died or overran."""
-        deadline = None if timeout is None else monotonic() + timeout
         bell = self._bell
         assert bell is not None
-        pending = dict(seqs)
-        want = len(pending) if need is None else min(need, len(pending))
-        everyone = need is None and len(pending) == self.layout.n_groups
-        mode = WAIT_ALL if everyone and len(set(pending.values())) == 1 else WAIT_ANY
         got = Waited()
-        lost = got.lost
-        is_done = bell.is_done
+        want = len(seqs) if need is None else min(need, len(seqs))
+        # A batch step: every group, one seq. Only the last worker to finish rings.
+        batch = need is None and len(seqs) == self.layout.n_groups and len(set(seqs.values())) == 1
+        seq = next(iter(seqs.values())) if batch else None
+        if seq is None or not bell.all_done(seq):
+            self._sleep(seqs, want, timeout, phase, seq, got)
+            if got.fatal is not None:
+                return got
+        if seq is not None and not got.lost:
+            done = list(seqs)
+        else:  # first come, first served: the commands sent earliest (lowest seq) first
+            done = sorted(self._finished(seqs, got.lost), key=lambda g: (seqs[g], g))
+        self._read_answers(done[: want - len(got.lost)], seqs, got)
+        return got
 
-        def finished() -> list[int]:
-            return [g for g, s in pending.items() if is_done(g, s)]
+    def _finished(self, seqs: Mapping[int, int], lost: Mapping[int, Lost]) -> list[int]:
+        is_done = self._bell.is_done  # type: ignore[union-attr]
+        return [g for g, s in seqs.items() if is_done(g, s) and g not in lost]
+
+    def _sleep(
+        self,
+        seqs: Mapping[int, int],
+        want: int,
+        timeout: float | None,
+        phase: str,
+        batch_seq: int | None,
+        got: Waited,
+    ) -> None:
+        """Sleep on the wake-up pipe and the sentinels until ``want`` groups are done or lost.
+
+        ``batch_seq``: every group was sent this one seq (a batch step); only the
+        last worker to finish it wakes us.
+        """
+        bell = self._bell
+        assert bell is not None
+        deadline = None if timeout is None else monotonic() + timeout
+        lost = got.lost
+        mode = WAIT_ANY if batch_seq is None else WAIT_ALL
 
         def enough() -> bool:
-            return len(finished()) + len(lost) >= want
+            if batch_seq is not None and not lost:
+                return bell.all_done(batch_seq)  # type: ignore[union-attr]
+            return len(self._finished(seqs, lost)) + len(lost) >= want
 
-        if self.parent_spin_seconds > 0.0 and not enough():
+        if self.parent_spin_seconds > 0.0:
             spin_end = perf_counter() + self.parent_spin_seconds
             while not enough() and perf_counter() < spin_end:
                 os.sched_yield()
@@ -285,25 +315,25 @@ class ProcessBackend:
                 if deadline is not None:
                     left = deadline - monotonic()
                     if left <= 0:
-                        done = finished()
                         late = sorted(
-                            (s, g) for g, s in pending.items() if g not in done and g not in lost
+                            (s, g)
+                            for g, s in seqs.items()
+                            if g not in lost and not bell.is_done(g, s)
                         )
-                        for _, g in late[: want - len(done) - len(lost)]:
-                            lost[g] = self._lost(
-                                g, f"it did not answer {phase} within {timeout} s", True
-                            )
-                        break
+                        short = want - len(self._finished(seqs, lost)) - len(lost)
+                        for _, g in late[:short]:
+                            why = f"it did not answer {phase} within {timeout} s"
+                            lost[g] = self._lost(g, why, True)
+                        return
                     wait_ms = min(wait_ms, int(left * 1000) + 1)
                 for fd, _ in bell.wait(enough, self._poller, wait_ms, mode):
                     g = self._owner.get(fd, -1)
-                    if g in pending and g not in lost and not is_done(g, pending[g]):
-                        reason, fatal = self._exit_reason(g, phase, pending[g])
-                        if fatal is not None:
-                            got.fatal = fatal
-                            return got
+                    if g in seqs and g not in lost and not bell.is_done(g, seqs[g]):
+                        reason, got.fatal = self._exit_reason(g, phase, seqs[g])
+                        if got.fatal is not None:
+                            return
                         lost[g] = self._lost(g, reason, False)
-                    elif g >= 0 and g not in pending:
+                    elif g >= 0 and g not in seqs:
                         # Died while idle: the next command to it finds out. Stop
                         # polling its sentinel meanwhile, or poll() returns at once.
                         self._poller.unregister(fd)
@@ -313,19 +343,13 @@ class ProcessBackend:
             for fd in muted:
                 if fd in self._owner:
                     self._poller.register(fd, select.POLLIN)
-        # First come, first served: the commands sent earliest (lowest seq) first.
-        done = sorted(finished(), key=lambda g: (pending[g], g))
-        for g in lost:
-            done = [d for d in done if d != g]
-        self._read_answers(done[: want - len(lost)], pending, got)
-        return got
 
     def _read_answers(self, groups: list[int], seqs: Mapping[int, int], got: Waited) -> None:
         """The pipe answers of the groups whose DONE word says they sent one."""
         bell = self._bell
         assert bell is not None
-        with_message = set(bell.with_message())
-        for g in sorted(groups):
+        with_message = bell.with_message()
+        for g in groups:
             seq = seqs[g]
             if g not in with_message:
                 got.answers[g] = None

@@ -217,6 +217,7 @@ class ParentDoorbell:
         self.parent = memoryview(control[-1])
         self.conns = conns
         self.wake_fd = wake_fd
+        self._done_words = [w * _ROW + DONE for w in range(self.n_workers)]
 
     def announce(self, workers: Sequence[int], seq: int, kind: int) -> None:
         """Store the command word for each worker and ring those that sleep."""
@@ -241,7 +242,10 @@ class ParentDoorbell:
     def all_done(self, seq: int) -> bool:
         """Whether every worker finished step ``seq``."""
         words = self.words
-        return all(words[w * _ROW + DONE] >> 1 == seq for w in range(self.n_workers))
+        for i in self._done_words:  # a plain loop: this runs several times per step
+            if words[i] >> 1 != seq:
+                return False
+        return True
 
     def done_words(self) -> list[int]:
         """The sequence number each worker last finished."""
