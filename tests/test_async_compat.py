@@ -1,4 +1,4 @@
-"""Code written against gymnasium's AsyncVectorEnv runs unchanged on envmgr."""
+"""Code written against gymnasium's AsyncVectorEnv runs unchanged on envmgr (both managers)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
+from conftest import Backend
 from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
 from gymnasium.vector import AsyncVectorEnv
 
@@ -66,22 +67,20 @@ def written_for_async_vector_env(make: Callable[..., Any]) -> dict[str, Any]:
     return seen
 
 
-def test_asyncvectorenv_code_runs_unchanged_and_sees_the_same_results() -> None:
+def test_asyncvectorenv_code_runs_unchanged_and_sees_the_same_results(backend: Backend) -> None:
     expected = written_for_async_vector_env(AsyncVectorEnv)
-    got = written_for_async_vector_env(SubprocessEnvManager)
+    got = written_for_async_vector_env(backend)
     for key in ("reset", "last_obs", "rewards"):
         np.testing.assert_array_equal(got[key], expected[key], err_msg=key)
     for key in ("gravity", "spec_ids", "gravity_after", "frames"):
         assert list(got[key]) == list(expected[key]), key
 
 
-def test_step_wait_timeout_is_a_multiprocessing_timeout_error() -> None:
+def test_step_wait_timeout_is_a_multiprocessing_timeout_error(backend: Backend) -> None:
     # AsyncVectorEnv raises multiprocessing.TimeoutError; except clauses for it still work.
     from envs import SleepyEnv
 
-    with SubprocessEnvManager(
-        lambda: SleepyEnv(explode_at=1, seconds=30), 1, 1, context="fork"
-    ) as envs:
+    with backend(lambda: SleepyEnv(explode_at=1, seconds=30), 1, 1, context="fork") as envs:
         envs.reset(seed=0)
         envs.step(np.zeros(1, dtype=np.int64))
         envs.step_async(np.zeros(1, dtype=np.int64))

@@ -1,6 +1,9 @@
-"""SubprocessEnvManager gives exactly SyncVectorEnv's results for the same factories,
-seeds and actions: observations, rewards, terminations, truncations and infos
-(``_key`` masks, ``final_obs``/``final_info`` included), across autoresets.
+"""Both managers give exactly SyncVectorEnv's results for the same factories, seeds
+and actions: observations, rewards, terminations, truncations and infos (``_key``
+masks, ``final_obs``/``final_info`` included), across autoresets.
+
+Every test runs over the ``backend`` parameter (conftest.py): the local manager and
+``RayEnvManager``; the Ray variant skips a few layouts and local-only knobs.
 """
 
 from __future__ import annotations
@@ -13,13 +16,17 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
+from conftest import Backend
 from envs import DictObsEnv, TextActionEnv, TextObsEnv, assert_same
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from gymnasium.vector.utils import batch_space
 
-from envmgr import SubprocessEnvManager
+pytestmark = pytest.mark.timeout(90)
 
-pytestmark = pytest.mark.timeout(60)
+
+def local_only(backend: Backend, why: str) -> None:
+    if backend.name != "local":
+        pytest.skip(why)
 
 
 def cartpole() -> gym.Env:  # type: ignore[type-arg]
@@ -64,9 +71,10 @@ def rollout(
 
 
 def compare(
+    backend: Backend,
     env_fns: Callable[[], gym.Env] | list[Callable[[], gym.Env]],  # type: ignore[type-arg]
     n_workers: int,
-    envs_per_worker: int,
+    envs_per_worker: int | None,
     steps: int,
     *,
     seed: int | list[int] = 7,
@@ -76,7 +84,7 @@ def compare(
     min_episodes: int = 3,
     **manager_kwargs: Any,
 ) -> list[tuple[Any, ...]]:
-    n = n_workers * envs_per_worker
+    n = len(env_fns) if isinstance(env_fns, list) else n_workers * (envs_per_worker or 1)
     fns = list(env_fns) if isinstance(env_fns, list) else [env_fns] * n
     sync = SyncVectorEnv(fns, autoreset_mode=autoreset_mode)
     try:
@@ -86,7 +94,7 @@ def compare(
         )
     finally:
         sync.close()
-    with SubprocessEnvManager(
+    with backend(
         env_fns, n_workers, envs_per_worker, autoreset_mode=autoreset_mode, **manager_kwargs
     ) as envs:
         got = rollout(
@@ -102,81 +110,97 @@ def compare(
 
 
 @pytest.mark.parametrize(("n_workers", "envs_per_worker"), [(2, 2), (1, 3)])
-def test_cartpole_matches_sync(n_workers: int, envs_per_worker: int) -> None:
-    compare(cartpole, n_workers, envs_per_worker, steps=120)
+def test_cartpole_matches_sync(backend: Backend, n_workers: int, envs_per_worker: int) -> None:
+    if n_workers == 1:
+        local_only(backend, "one layout is enough on Ray")
+    compare(backend, cartpole, n_workers, envs_per_worker, steps=120)
 
 
 @pytest.mark.parametrize(("n_workers", "envs_per_worker"), [(2, 2), (3, 1)])
-def test_dict_obs_env_matches_sync(n_workers: int, envs_per_worker: int) -> None:
-    expected = compare(DictObsEnv, n_workers, envs_per_worker, steps=40)
+def test_dict_obs_env_matches_sync(backend: Backend, n_workers: int, envs_per_worker: int) -> None:
+    expected = compare(backend, DictObsEnv, n_workers, envs_per_worker, steps=40)
     # The infos really exercise the masks: some keys present for some envs only.
     step_infos = [r[5] for r in expected if r[0] == "step"]
     assert any("_t" in i and 0 < i["_t"].sum() < i["_t"].size for i in step_infos)
     assert any("detail" in i and "_steps" in i["detail"] for i in step_infos)
 
 
-def test_sequence_of_different_factories_matches_sync() -> None:
+def test_sequence_of_different_factories_matches_sync(backend: Backend) -> None:
     fns = [functools.partial(DictObsEnv, max_len=k, tag=k) for k in (3, 5, 8, 12)]
-    compare(fns, 2, 2, steps=40)
+    compare(backend, fns, 2, 2, steps=40)
 
 
-def test_list_of_seeds_matches_sync() -> None:
-    compare(DictObsEnv, 2, 2, steps=25, seed=[11, 3, 11, 40])
+def test_uneven_split_matches_sync(backend: Backend) -> None:
+    # 5 envs over 2 workers: 3 and 2, in order.
+    fns = [functools.partial(DictObsEnv, max_len=k, tag=k) for k in (3, 4, 5, 6, 7)]
+    compare(backend, fns, 2, None, steps=40)
 
 
-def test_partial_reset_with_mask_matches_sync() -> None:
+def test_list_of_seeds_matches_sync(backend: Backend) -> None:
+    compare(backend, DictObsEnv, 2, 2, steps=25, seed=[11, 3, 11, 40])
+
+
+def test_partial_reset_with_mask_matches_sync(backend: Backend) -> None:
     partial = {
         5: (np.array([True, False, False, True]), 100),
         12: (np.array([False, True, False, False]), None),  # only worker 0 is told
         20: (np.array([False, False, True, True]), [1, 2, 3, 4]),  # only worker 1 is told
     }
-    compare(DictObsEnv, 2, 2, steps=30, partial_resets=partial)
+    compare(backend, DictObsEnv, 2, 2, steps=30, partial_resets=partial)
 
 
-def test_partial_reset_cartpole_matches_sync() -> None:
+def test_partial_reset_cartpole_matches_sync(backend: Backend) -> None:
     partial = {10: (np.array([False, True, True, False]), 5)}
-    compare(cartpole, 2, 2, steps=60, partial_resets=partial)
+    compare(backend, cartpole, 2, 2, steps=60, partial_resets=partial)
 
 
 @pytest.mark.parametrize("env_fn", [DictObsEnv, cartpole], ids=["dict", "cartpole"])
-def test_same_step_autoreset_matches_sync(env_fn: Callable[[], gym.Env]) -> None:  # type: ignore[type-arg]
-    expected = compare(env_fn, 2, 2, steps=60, autoreset_mode=AutoresetMode.SAME_STEP)
+def test_same_step_autoreset_matches_sync(backend: Backend, env_fn: Callable[[], gym.Env]) -> None:  # type: ignore[type-arg]
+    expected = compare(backend, env_fn, 2, 2, steps=60, autoreset_mode=AutoresetMode.SAME_STEP)
     finals = [r[5] for r in expected if r[0] == "step" and "final_obs" in r[5]]
     assert finals, "no final_obs seen"
     assert all(f["final_obs"].dtype == object and "_final_info" in f for f in finals)
 
 
 @pytest.mark.parametrize("env_fn", [DictObsEnv, cartpole], ids=["dict", "cartpole"])
-def test_disabled_autoreset_matches_sync(env_fn: Callable[[], gym.Env]) -> None:  # type: ignore[type-arg]
+def test_disabled_autoreset_matches_sync(backend: Backend, env_fn: Callable[[], gym.Env]) -> None:  # type: ignore[type-arg]
     expected = compare(
-        env_fn, 2, 2, steps=60, autoreset_mode=AutoresetMode.DISABLED, reset_done_envs=True
+        backend, env_fn, 2, 2, steps=60, autoreset_mode=AutoresetMode.DISABLED, reset_done_envs=True
     )
     assert any(r[0] == "reset_done" for r in expected)
 
 
-def test_same_step_with_partial_reset_matches_sync() -> None:
+def test_same_step_with_partial_reset_matches_sync(backend: Backend) -> None:
     partial = {7: (np.array([True, True, False, False]), 9)}
     compare(
-        DictObsEnv, 2, 2, steps=30, autoreset_mode=AutoresetMode.SAME_STEP, partial_resets=partial
+        backend,
+        DictObsEnv,
+        2,
+        2,
+        steps=30,
+        autoreset_mode=AutoresetMode.SAME_STEP,
+        partial_resets=partial,
     )
 
 
 @pytest.mark.parametrize("spin_seconds", [0.0, 0.05], ids=["block-at-once", "spin-long"])
-def test_worker_wake_up_paths_match_sync(spin_seconds: float) -> None:
+def test_worker_wake_up_paths_match_sync(backend: Backend, spin_seconds: float) -> None:
+    local_only(backend, "spin_seconds is the local doorbell's")
     # More workers than cores; workers either sleep at once (every step needs a
     # wake-up) or spin long enough to catch every step without sleeping.
-    compare(DictObsEnv, 3, 1, steps=40, spin_seconds=spin_seconds)
+    compare(backend, DictObsEnv, 3, 1, steps=40, spin_seconds=spin_seconds)
 
 
-def test_fork_context_matches_sync() -> None:
-    compare(DictObsEnv, 2, 2, steps=30, context="fork", copy=False)
+def test_fork_context_matches_sync(backend: Backend) -> None:
+    local_only(backend, "start methods are the local manager's")
+    compare(backend, DictObsEnv, 2, 2, steps=30, context="fork", copy=False)
 
 
-def test_text_actions_fallback_matches_sync() -> None:
-    compare(TextActionEnv, 2, 2, steps=12)
+def test_text_actions_fallback_matches_sync(backend: Backend) -> None:
+    compare(backend, TextActionEnv, 2, 2, steps=12)
 
 
-def test_send_recv_of_every_env_matches_sync_step() -> None:
+def test_send_recv_of_every_env_matches_sync_step(backend: Backend) -> None:
     fns = [DictObsEnv] * 4
     sync = SyncVectorEnv(fns)
     try:
@@ -184,7 +208,7 @@ def test_send_recv_of_every_env_matches_sync_step() -> None:
         expected = [sync.reset(seed=3)] + [sync.step(a) for a in actions]
     finally:
         sync.close()
-    with SubprocessEnvManager(fns, n_workers=2) as envs:
+    with backend(fns, 2) as envs:
         got: list[Any] = [envs.reset(seed=3)]
         for a in actions:
             envs.send(a)
@@ -195,7 +219,7 @@ def test_send_recv_of_every_env_matches_sync_step() -> None:
         assert_same(tuple(g), tuple(e), path=f"result {i}")
 
 
-def test_first_ready_recv_keeps_every_env_trajectory() -> None:
+def test_first_ready_recv_keeps_every_env_trajectory(backend: Backend) -> None:
     """Workers step independently under send/recv; each env must still see exactly
     its own actions in order, so its trajectory equals the synchronous one."""
     n, steps = 4, 12
@@ -213,7 +237,7 @@ def test_first_ready_recv_keeps_every_env_trajectory() -> None:
     finally:
         sync.close()
     got: list[list[tuple[Any, ...]]] = [[] for _ in range(n)]
-    with SubprocessEnvManager([DictObsEnv] * n, n_workers=2) as envs:
+    with backend([DictObsEnv] * n, 2) as envs:
         envs.reset(seed=9)
         envs.send(np.concatenate([per_env_actions[i][0] for i in range(n)]))
         in_flight = n
@@ -233,11 +257,8 @@ def test_first_ready_recv_keeps_every_env_trajectory() -> None:
             assert_same(got[i][t], expected[i][t], path=f"env {i} step {t}")
 
 
-def test_send_recv_with_fallback_observations() -> None:
-    """Text observations travel pickled. send/recv must either return them
-    correctly or refuse at send() with a ValueError (as it does for actions that
-    do not fit shared memory); anything else leaves the caller with a broken
-    manager mid-flight."""
+def test_send_recv_with_fallback_observations(backend: Backend) -> None:
+    """Text observations travel pickled; send/recv returns them like a step does."""
     fns = [TextObsEnv] * 4
     sync = SyncVectorEnv(fns)
     try:
@@ -245,18 +266,13 @@ def test_send_recv_with_fallback_observations() -> None:
         expected = [sync.reset(seed=1)] + [sync.step(a) for a in actions]
     finally:
         sync.close()
-    with SubprocessEnvManager(fns, n_workers=2) as envs:
+    with backend(fns, 2) as envs:
         got: list[Any] = [envs.reset(seed=1)]
-        try:
-            envs.send(actions[0])
-        except ValueError as exc:
-            assert "shared memory" in str(exc)
-            return
-        *result, env_ids = envs.recv(batch_size=4)
-        got.append(tuple(result))
-        for a in actions[1:]:
+        for a in actions:
             envs.send(a)
             *result, env_ids = envs.recv(batch_size=4)
+            assert env_ids.tolist() == [0, 1, 2, 3]
             got.append(tuple(result))
+    assert len(got) == len(expected)
     for i, (g, e) in enumerate(zip(got, expected, strict=True)):
         assert_same(tuple(g), tuple(e), path=f"result {i}")

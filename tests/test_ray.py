@@ -40,48 +40,15 @@ pytestmark = pytest.mark.timeout(60)
 # or shipped with Ray's runtime_env). Exceptions that travel back are builtins.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
-RAY_REASON = 'ray is not installed: pip install "envmgr[ray]" to run the Ray backend tests'
-NODE_IP = "127.0.0.2"  # Ray rewrites 127.0.0.1 to the host's external address
+from conftest import NODE_IP, RAY_REASON, LocalRay  # noqa: E402
 
 
 def make_cartpole() -> gym.Env[Any, Any]:
     return gym.make("CartPole-v1")
 
 
-class _LocalRay:
-    """The module's Ray instance: started once, restarted if another module stopped it."""
-
-    def __init__(self, ray: Any) -> None:
-        self.ray = ray
-        self.starts = 0
-
-    def ensure(self) -> Any:
-        if not self.ray.is_initialized():
-            os.environ["RAY_AUTH_MODE"] = "disabled"
-            os.environ["RAY_USAGE_STATS_ENABLED"] = "0"  # no reporting over the network
-            self.ray.init(
-                address="local",  # never attach to a stray cluster
-                num_cpus=2,
-                include_dashboard=False,
-                _node_ip_address=NODE_IP,
-                log_to_driver=False,
-            )
-            self.starts += 1
-        return self.ray
-
-
-@pytest.fixture(scope="session")
-def ray_session() -> Iterator[_LocalRay]:
-    ray = pytest.importorskip("ray", reason=RAY_REASON)
-    local = _LocalRay(ray)
-    local.ensure()
-    yield local
-    if ray.is_initialized():
-        ray.shutdown()
-
-
 @pytest.fixture(scope="module")
-def ray(ray_session: _LocalRay) -> Any:
+def ray(ray_session: LocalRay) -> Any:
     # Module scope: set up before the per-test leak check snapshots our child
     # processes, so a restarted Ray (after test_ray_cluster.py) is not a "leak".
     return ray_session.ensure()
