@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Sequence
+from copy import deepcopy
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from gymnasium.vector.utils import concatenate, create_empty_array
 
 __all__ = [
     "tree_map",
@@ -22,7 +24,12 @@ __all__ = [
     "take_rows",
     "unbatch_infos",
     "rows_of_info",
+    "BatchReader",
+    "RESTARTED_INFO_KEY",
 ]
+
+#: Info key of envs whose worker (or actor) was replaced during the call.
+RESTARTED_INFO_KEY = "envmgr_restarted"
 
 _ARRAY_SPACES = (
     gym.spaces.Box,
@@ -117,3 +124,109 @@ def rows_of_info(infos: dict[str, Any], rows: np.ndarray) -> dict[str, Any]:
         else:
             out[k] = v
     return out
+
+
+class BatchReader:
+    """Reads a batch (or some groups' rows) out of a manager's batch arrays.
+
+    Observations come from the arrays when their space has a fixed shape, else
+    from the groups' answers (``StepResponse.observations``, one per env); infos
+    are the answers' per-env infos merged the Gymnasium way, plus the restart
+    note of every env of a replaced group (built here, for both backends).
+
+    Args:
+        buffers: The batch arrays (``SharedBuffers``: shared or private memory).
+        starts: Global index of each group's first env.
+        space: The single-env observation space.
+        copy: Return copies (else read-only views the next step overwrites).
+        add_info: Gymnasium's ``VectorEnv._add_info``.
+    """
+
+    def __init__(
+        self,
+        buffers: Any,
+        starts: Sequence[int],
+        space: gym.Space[Any],
+        copy: bool,
+        add_info: Callable[[dict[str, Any], dict[str, Any], int], dict[str, Any]],
+    ) -> None:
+        self.buffers = buffers
+        self.starts = starts
+        self.space = space
+        self.copy = copy
+        self.add_info = add_info
+        self.per_env: list[Any] | None = None
+        self.views: Any
+        if buffers.observations is not None:
+
+            def read_only(a: np.ndarray) -> np.ndarray:
+                v = a.view()
+                v.flags.writeable = False
+                return v
+
+            self.views = tree_map(read_only, buffers.observations)
+        else:
+            self.per_env = [None] * len(buffers.rewards)
+            self.views = create_empty_array(space, len(buffers.rewards))
+
+    def read(
+        self,
+        answers: dict[int, Any],
+        replaced: dict[int, tuple[range, str]],
+        ids: np.ndarray | None,
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """``(obs, rewards, terminations, truncations, infos)`` of all envs, or of ``ids``.
+
+        Args:
+            answers: The groups' answers (``None``: nothing but the arrays).
+            replaced: For each replaced group, its envs and the note they carry;
+                those envs come back truncated.
+            ids: Global envs to return (``recv``); ``None``: all.
+        """
+        b = self.buffers
+        obs = self.observations(answers, ids)
+        if ids is None:
+            rewards, terms, truncs = b.rewards.copy(), b.terminations.copy(), b.truncations.copy()
+        else:
+            rewards, terms, truncs = b.rewards[ids], b.terminations[ids], b.truncations[ids]
+        for r, _ in replaced.values():
+            if ids is None:
+                truncs[r.start : r.stop] = True
+            else:
+                truncs[(ids >= r.start) & (ids < r.stop)] = True
+        return obs, rewards, terms, truncs, self.infos(answers, replaced, ids)
+
+    def observations(self, answers: dict[int, Any], ids: np.ndarray | None) -> Any:
+        per_env = self.per_env
+        if per_env is None:
+            if ids is not None:
+                return tree_map(lambda a: a[ids], self.views)  # fancy indexing copies
+            return tree_map(np.copy, self.views) if self.copy else self.views
+        for g, a in answers.items():
+            if a is not None and a.observations is not None:
+                start = self.starts[g]
+                per_env[start : start + len(a.observations)] = a.observations
+        if ids is not None:
+            chosen = [per_env[i] for i in ids]
+            out: Any = create_empty_array(self.space, len(chosen))
+            return concatenate(self.space, chosen, out)
+        self.views = concatenate(self.space, per_env, self.views)
+        return deepcopy(self.views) if self.copy else self.views
+
+    def infos(
+        self,
+        answers: dict[int, Any],
+        replaced: dict[int, tuple[range, str]],
+        rows: np.ndarray | None = None,
+    ) -> dict[str, Any]:
+        """Gymnasium's vector infos of the answers, then the restart notes, cut to ``rows``."""
+        infos: dict[str, Any] = {}
+        starts, add = self.starts, self.add_info
+        said = [(g, a) for g, a in answers.items() if a is not None and a.infos]
+        for g, a in sorted(said) if len(said) > 1 else said:
+            for i, info in a.infos:
+                infos = add(infos, info, starts[g] + i)
+        for envs, note in replaced.values():
+            for i in envs:
+                infos = add(infos, {RESTARTED_INFO_KEY: note}, i)
+        return infos if rows is None else rows_of_info(infos, rows)

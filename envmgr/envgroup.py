@@ -5,7 +5,8 @@ An :class:`EnvGroup` owns the envs of one group and carries out the commands of
 options, mask), call, set_attr, apply, per-env step times and the group's
 timers. It writes each batch of results into ``views`` (its rows of the batch
 arrays: shared memory in a worker process, private arrays in a Ray actor) and
-knows nothing of pipes or Ray. :func:`serve` turns one command into one answer::
+knows nothing of pipes or Ray. :func:`envmgr.serve.serve` turns one command
+into one answer::
 
     command (messages.Step/Reset/Call/...)            answer (StepResponse/CallResponse/Ack)
           |                                                   ^
@@ -15,7 +16,7 @@ knows nothing of pipes or Ray. :func:`serve` turns one command into one answer::
 
 :func:`envmgr.worker.worker_main` (a process) and the Ray actor
 (:mod:`envmgr.backends._ray_actor`) are thin wrappers: they receive a command,
-call :func:`serve`, and send its answer (or :func:`error_response`) back.
+call :func:`~envmgr.serve.serve`, and send its answer back.
 
 Two kinds of group: :class:`SingleEnvGroup` (one ``gymnasium.Env`` per slot,
 stepped in a loop, autoreset done here) and
@@ -27,14 +28,12 @@ per batch, autoreset done by the hosted env).
 from __future__ import annotations
 
 import pickle
-import traceback
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from time import perf_counter
 from typing import Any
 
-import cloudpickle
 import gymnasium as gym
 import numpy as np
 from gymnasium.vector.utils import batch_space, iterate
@@ -42,19 +41,7 @@ from gymnasium.vector.utils import batch_space, iterate
 from envmgr import timers as timer_module
 from envmgr.batching import copy_tree, tree_map, unbatch_infos
 from envmgr.messages import (
-    Ack,
-    Apply,
-    Call,
-    CallResponse,
-    Command,
-    ErrorResponse,
-    FlushTimers,
     Ready,
-    Reset,
-    Response,
-    SetAttr,
-    Step,
-    StepResponse,
 )
 from envmgr.timers import GaugeNode, TimerNode
 
@@ -64,8 +51,8 @@ __all__ = [
     "SingleEnvGroup",
     "BuildFailed",
     "build_group",
-    "serve",
-    "error_response",
+    "unbatched",
+    "write_batch",
 ]
 
 # Autoreset modes, by gymnasium.vector.AutoresetMode value.
@@ -503,119 +490,6 @@ def build_group(spec: GroupSpec) -> EnvGroup:
 
         return VectorEnvGroup(spec)
     return SingleEnvGroup(spec)
-
-
-# =============================================================================== commands
-
-
-def serve(group: EnvGroup, cmd: Command, with_arrays: bool = False) -> Response:
-    """Carry out one command on ``group`` and return its answer.
-
-    Args:
-        group: The group.
-        cmd: A :class:`Step`, :class:`Reset`, :class:`Call`, :class:`SetAttr`,
-            :class:`Apply` or :class:`FlushTimers`.
-        with_arrays: Put the group's rows of the batch arrays in the answer (a
-            backend without shared memory).
-    """
-    if isinstance(cmd, Step):
-        actions = cmd.actions if cmd.actions is not None else group.views["actions"]
-        infos = _within(group, "step", group.step, actions)
-        return _answer(group, cmd.seq, infos, cmd.ship_timers, with_arrays)
-    if isinstance(cmd, Reset):
-        infos = _within(
-            group, "reset", group.reset, cmd.seeds, cmd.options, cmd.mask, cmd.autoreset_next
-        )
-        return _answer(group, cmd.seq, infos, cmd.ship_timers, with_arrays)
-    if isinstance(cmd, Call):
-        return CallResponse(
-            group.index, cmd.seq, group.call(cmd.name, cmd.args, cmd.kwargs, cmd.env_ids)
-        )
-    if isinstance(cmd, Apply):
-        fn = cloudpickle.loads(cmd.fn)
-        return CallResponse(
-            group.index, cmd.seq, group.apply(fn, cmd.args, cmd.kwargs, cmd.env_ids)
-        )
-    if isinstance(cmd, SetAttr):
-        group.set_attr(cmd.name, cmd.values, cmd.env_ids)
-        return Ack(group.index, cmd.seq)
-    if isinstance(cmd, FlushTimers):
-        return _answer(group, cmd.seq, [], True, False)
-    raise TypeError(f"group {group.index}: unknown command {cmd!r}")
-
-
-def _within(group: EnvGroup, name: str, run: Callable[..., Infos], *args: Any) -> Infos:
-    """Run with timer ``name`` open, so env code's own timers nest there.
-
-    The node's time is added by ``run`` itself; the stack only places children.
-    """
-    stack = group.timers.stack
-    stack.push(name)
-    try:
-        return run(*args)
-    finally:
-        stack.pop()
-
-
-def _answer(
-    group: EnvGroup, seq: int, infos: Infos, ship_timers: bool, with_arrays: bool
-) -> StepResponse:
-    root = gauges = None
-    if ship_timers:
-        root, gauges = group.take_timers()
-    views = group.views
-    shared_obs = views.get("observations") is not None
-    observations = None if shared_obs else group.observations()
-    arrays = None
-    if with_arrays:
-        arrays = (
-            views["observations"] if shared_obs else None,
-            views["rewards"],
-            views["terminations"],
-            views["truncations"],
-            views["env_seconds"] if ship_timers else None,
-            views["env_steps"] if ship_timers else None,
-        )
-    return StepResponse(group.index, seq, tuple(infos), observations, root, gauges, arrays)
-
-
-def error_response(
-    index: int, seq: int, env_index: int | None, phase: str, exc: BaseException
-) -> ErrorResponse:
-    """The answer carrying ``exc`` (pickled when it can be) and its traceback."""
-    try:
-        payload: bytes | None = cloudpickle.dumps(exc)
-        pickle.loads(payload)  # type: ignore[arg-type]  # would fail in the parent too
-    except Exception:
-        payload = None
-    return ErrorResponse(
-        worker_index=index,
-        seq=seq,
-        env_index=env_index,
-        phase=phase,
-        exception=payload,
-        type_name=f"{type(exc).__module__}.{type(exc).__qualname__}",
-        message=str(exc),
-        traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
-    )
-
-
-def command_error(group: EnvGroup, cmd: Command, exc: BaseException) -> ErrorResponse:
-    """The answer to ``cmd`` that raised ``exc``, naming the env that ran."""
-    env = group.current_env
-    group.current_env = None
-    phase = type(cmd).__name__.lower()
-    if isinstance(cmd, Call):
-        phase = f"call({cmd.name!r})"
-    return error_response(
-        group.index, cmd.seq, None if env is None else group.offset + env, phase, exc
-    )
-
-
-def build_error(spec: GroupSpec, failed: BuildFailed) -> ErrorResponse:
-    """The start-up answer of a group whose build failed."""
-    env = None if failed.env is None else spec.offset + failed.env
-    return error_response(spec.index, -1, env, "make", failed.exc)
 
 
 def unbatched(infos: dict[str, Any], n: int) -> Infos:

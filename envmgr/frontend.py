@@ -23,18 +23,17 @@ raises :class:`~envmgr.errors.BrokenManagerError` caused by that failure;
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from copy import deepcopy
-from typing import Any
+from typing import Any, TypedDict
 
-import cloudpickle
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
-from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
+from gymnasium.vector.utils import batch_space
 
 from envmgr import timers
+from envmgr.action_checks import ActionChecks, check_mode
 from envmgr.backend import Backend, Lost, Waited, remote_exception
-from envmgr.batching import rows_of_info, tree_map
-from envmgr.calls import CallKind, PendingCall
+from envmgr.batching import RESTARTED_INFO_KEY, BatchReader
+from envmgr.calls import CallKind, CallsMixin, PendingCall
 from envmgr.errors import (
     AlreadyPendingCallError,
     BrokenManagerError,
@@ -45,21 +44,76 @@ from envmgr.errors import (
     WorkerFailure,
 )
 from envmgr.layout import Layout
-from envmgr.messages import Apply, Call, FlushTimers, Ready, Reset, SetAttr, StepResponse
+from envmgr.messages import FlushTimers, Ready, Reset, StepResponse
 from envmgr.restarts import RestartBudget
 from envmgr.shared_memory import SharedBuffers
 from envmgr.timer_merge import WorkerTimers
-from envmgr.validation import ActionChecker, reset_arguments
+from envmgr.validation import reset_arguments
 
-__all__ = ["BatchedVectorEnv", "RESTARTED_INFO_KEY"]
+__all__ = ["BatchedVectorEnv", "FrontEndOptions", "RESTARTED_INFO_KEY"]
 
-#: Info key of envs whose worker (or actor) was replaced during the call.
-RESTARTED_INFO_KEY = "envmgr_restarted"
 
 _Batch = tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]
 
 
-class BatchedVectorEnv(VectorEnv):  # type: ignore[type-arg]
+#: Seconds a group may take to build its envs, by default.
+DEFAULT_START_TIMEOUT = 120.0
+#: How often groups ship their timer trees during a steady stepping loop, by default.
+DEFAULT_TIMER_INTERVAL = 1.0
+
+
+class FrontEndOptions(TypedDict, total=False):
+    """The keyword arguments both managers take, documented once.
+
+    Attributes:
+        num_envs: Total envs, with a single factory or ``vector_fn``. Any
+            ``num_envs >= n_groups`` works: group ``g`` gets ``num_envs //
+            n_groups`` envs and the first ``num_envs % n_groups`` groups one more.
+        vector_fn: Instead of ``env_fns``: ``vector_fn(k) -> gymnasium.vector.VectorEnv``
+            with ``num_envs == k``, called once in each group for its ``k`` envs (a
+            batched env hosted per worker or actor: one ``step`` call per group per
+            batch). Needs ``num_envs``.
+        copy: Return copies of the observations (default). With ``False`` they are
+            read-only views that the next ``step``/``reset`` overwrites: copy what
+            you keep.
+        autoreset_mode: Gymnasium autoreset mode; next-step by default.
+        check_actions: How actions are checked before they are sent: ``"safe"``
+            (default: structure, shape and a castable dtype, as ``AsyncVectorEnv``
+            passes actions on), ``"strict"`` (also every value against the space)
+            or ``"off"``. ``True``/``False`` mean safe/off.
+        max_restarts: How many times each group may be replaced after it dies or
+            overruns ``step_timeout``. A replaced group rebuilds its envs from their
+            factories and resets them; the step returns with those envs truncated
+            and ``infos["envmgr_restarted"]`` giving the reason. ``0`` (default): a
+            failure breaks the manager and raises; every later call raises
+            :class:`~envmgr.errors.BrokenManagerError`, caused by it.
+        restart_window: Count restarts only within this many seconds (a rate
+            limit); ``None`` counts over the manager's lifetime.
+        start_timeout: Seconds a group may take to start and build its envs.
+        timer_interval: Seconds between timer-tree shipments from the groups while
+            stepping; reads of the timer tree always pull in the rest first.
+    """
+
+    num_envs: int | None
+    vector_fn: Callable[[int], VectorEnv] | None  # type: ignore[type-arg]
+    copy: bool
+    autoreset_mode: str | AutoresetMode | None
+    check_actions: str | bool
+    max_restarts: int
+    restart_window: float | None
+    start_timeout: float | None
+    timer_interval: float
+
+
+def check_options(owner: str, options: dict[str, Any]) -> None:
+    """Refuse keyword arguments that are not :class:`FrontEndOptions`."""
+    unknown = sorted(set(options) - set(FrontEndOptions.__annotations__))
+    if unknown:
+        raise TypeError(f"{owner}() got an unexpected keyword argument {unknown[0]!r}")
+    check_mode(options.get("check_actions", "safe"))  # a bad value fails before anything starts
+
+
+class BatchedVectorEnv(CallsMixin, VectorEnv):  # type: ignore[type-arg]
     """A ``VectorEnv`` over groups of envs run by a backend; the managers subclass it.
 
     A subclass builds its backend and calls :meth:`_open` with it.
@@ -72,47 +126,48 @@ class BatchedVectorEnv(VectorEnv):  # type: ignore[type-arg]
     _user_closed = False
     _pending: PendingCall | None = None
     _backend: Backend | None = None
-    _obs_views: Any = None
 
     def _open(
         self,
         backend: Backend,
+        options: FrontEndOptions,
         *,
         autoreset_mode: str | AutoresetMode,
-        copy: bool,
-        check_actions: str | bool,
-        max_restarts: int,
-        restart_window: float | None,
         step_timeout: float | None,
-        start_timeout: float | None,
-        timer_interval: float,
     ) -> None:
         """Start ``backend``'s groups and take their spaces; the caller shuts down on failure."""
         self._backend = backend
         self._layout: Layout = backend.layout
         self.num_envs = self._layout.num_envs
-        self.copy = copy
+        self.copy = copy = options.get("copy", True)
         self.autoreset_mode = AutoresetMode(autoreset_mode)
-        self.check_actions = check_actions
-        self._budget = RestartBudget(self._layout.n_groups, max_restarts, restart_window)
-        self.max_restarts = max_restarts
-        self.restart_window = restart_window
+        self.check_actions = check_actions = options.get("check_actions", "safe")
+        self.max_restarts = options.get("max_restarts", 0)
+        self.restart_window = options.get("restart_window")
+        self._budget = RestartBudget(self._layout.n_groups, self.max_restarts, self.restart_window)
         self.step_timeout = step_timeout
-        self.start_timeout = start_timeout
+        self.start_timeout = options.get("start_timeout", DEFAULT_START_TIMEOUT)
         self.failures: list[WorkerFailure] = []
         self._seq = 0
         self._inflight: dict[int, int] = {}  # group -> seq of its send() step
         self._closing = False
         self._groups = list(range(self._layout.n_groups))
-        self._worker_timers = WorkerTimers(timer_interval, self._flush_timers)
+        interval = options.get("timer_interval", DEFAULT_TIMER_INTERVAL)
+        self._worker_timers = WorkerTimers(interval, self._flush_timers)
         self._adopt(backend.start())
         self._buffers: SharedBuffers | None = backend.attach(
             self.single_observation_space, self.single_action_space
         )
-        mode = _check_mode(check_actions)
-        self._check_mode = mode
-        self._checkers: dict[int, Any] = {}
-        self._init_observation_views()
+        self._reader: BatchReader | None = BatchReader(
+            self._buffers,
+            self._layout.starts,
+            self.single_observation_space,
+            copy,
+            self._add_info,
+        )
+        self._actions = ActionChecks(
+            self.single_action_space, self._layout, self.group_noun[:-1], check_actions
+        )
         self.closed = False
 
     def _adopt(self, readies: list[Ready]) -> None:
@@ -132,23 +187,6 @@ class BatchedVectorEnv(VectorEnv):  # type: ignore[type-arg]
         self.metadata["autoreset_mode"] = self.autoreset_mode
         self.render_mode = first.render_mode
         self.spec = first.spec
-
-    def _init_observation_views(self) -> None:
-        buffers = self._buffers
-        assert buffers is not None
-        if buffers.observations is not None:
-
-            def read_only(a: np.ndarray) -> np.ndarray:
-                v = a.view()
-                v.flags.writeable = False
-                return v
-
-            self._obs_views = tree_map(read_only, buffers.observations)
-            self._per_env_obs: list[Any] | None = None
-        else:
-            self._per_env_obs = [None] * self.num_envs
-            empty: Any = create_empty_array(self.single_observation_space, self.num_envs)
-            self._obs_views = empty
 
     # ================================================================ names
 
@@ -236,7 +274,7 @@ class BatchedVectorEnv(VectorEnv):  # type: ignore[type-arg]
         phase: str,
         need: int | None = None,
         resets: dict[int, Reset] | None = None,
-    ) -> tuple[dict[int, Any], dict[int, str]]:
+    ) -> tuple[dict[int, Any], dict[int, tuple[range, str]]]:
         """Wait for the answers to ``seqs``; replace lost groups (steps and resets only).
 
         Returns:
@@ -249,14 +287,14 @@ class BatchedVectorEnv(VectorEnv):  # type: ignore[type-arg]
         if got.fatal is not None:
             self._raise_remote(got.fatal)
         answers = got.answers
-        replaced: dict[int, str] = {}
+        replaced: dict[int, tuple[range, str]] = {}
         for g, lost in sorted(got.lost.items()) if got.lost else ():
             if phase not in ("step", "reset"):
                 self.failures.append(lost.failure)
                 self._break(lost.failure)
                 raise lost.failure
             answers[g] = self._recover(g, lost, None if resets is None else resets.get(g))
-            replaced[g] = f"{self._where(g)}: {lost.reason}"
+            replaced[g] = (self._env_range(g), f"{self._where(g)}: {lost.reason}")
         if got.errors:
             self._raise_remote(got.errors[0])
         return answers, replaced
@@ -313,65 +351,19 @@ class BatchedVectorEnv(VectorEnv):  # type: ignore[type-arg]
             # this group, under the same budget.
             reason = f"its replacement {again.reason}"
 
-    # ================================================================ reading a batch
-
     def _read(
-        self, answers: dict[int, Any], replaced: dict[int, str], ship: bool, ids: np.ndarray | None
+        self,
+        answers: dict[int, Any],
+        replaced: dict[int, tuple[range, str]],
+        ship: bool,
+        ids: np.ndarray | None,
     ) -> _Batch:
-        """The batch (or rows ``ids``) from the batch arrays, with the answers' infos."""
+        """The batch (or rows ``ids``) with the answers' infos; timers merged if shipped."""
         if ship:
             self._merge_timers(answers)
-        buffers = self._buffers
-        assert buffers is not None
-        obs = self._observations(answers, ids)
-        if ids is None:
-            rewards = buffers.rewards.copy()
-            terms = buffers.terminations.copy()
-            truncs = buffers.truncations.copy()
-        else:
-            rewards = buffers.rewards[ids]
-            terms = buffers.terminations[ids]
-            truncs = buffers.truncations[ids]
-        for g in replaced:
-            r = self._env_range(g)
-            if ids is None:
-                truncs[r.start : r.stop] = True
-            else:
-                truncs[(ids >= r.start) & (ids < r.stop)] = True
-        return obs, rewards, terms, truncs, self._infos(answers, replaced, ids)
-
-    def _observations(self, answers: dict[int, Any], ids: np.ndarray | None) -> Any:
-        per_env = self._per_env_obs
-        if per_env is None:
-            if ids is not None:
-                return tree_map(lambda a: a[ids], self._obs_views)  # fancy indexing copies
-            return tree_map(np.copy, self._obs_views) if self.copy else self._obs_views
-        for g, a in answers.items():
-            if a is not None and a.observations is not None:
-                start = self._layout.starts[g]
-                per_env[start : start + len(a.observations)] = a.observations
-        space = self.single_observation_space
-        if ids is not None:
-            chosen = [per_env[i] for i in ids]
-            out: Any = create_empty_array(space, len(chosen))
-            return concatenate(space, chosen, out)
-        self._obs_views = concatenate(space, per_env, self._obs_views)
-        return deepcopy(self._obs_views) if self.copy else self._obs_views
-
-    def _infos(
-        self, answers: dict[int, Any], replaced: dict[int, str], rows: np.ndarray | None = None
-    ) -> dict[str, Any]:
-        """Gymnasium's vector infos of the answers, then the restart notes, cut to ``rows``."""
-        infos: dict[str, Any] = {}
-        starts = self._layout.starts
-        said = [(g, a) for g, a in answers.items() if a is not None and a.infos]
-        for g, a in sorted(said) if len(said) > 1 else said:
-            for i, info in a.infos:
-                infos = self._add_info(infos, info, starts[g] + i)
-        for g, note in replaced.items():
-            for i in self._env_range(g):
-                infos = self._add_info(infos, {RESTARTED_INFO_KEY: note}, i)
-        return infos if rows is None else rows_of_info(infos, rows)
+        reader = self._reader
+        assert reader is not None
+        return reader.read(answers, replaced, ids)
 
     # ================================================================ reset / step
 
@@ -437,7 +429,7 @@ class BatchedVectorEnv(VectorEnv):  # type: ignore[type-arg]
     def step_async(self, actions: Any) -> None:
         """Check the actions, hand them to the groups and wake them, without waiting."""
         backend = self._check_idle("step_async")
-        self._check_actions(actions, None)
+        self._actions.check(actions, None)
         ship = self._worker_timers.want()
         seq = self._next_seq()
         backend.post_step(self._groups, seq, ship, actions, None)
@@ -450,27 +442,6 @@ class BatchedVectorEnv(VectorEnv):  # type: ignore[type-arg]
         with timers.hierarchical_timer("workers", self._worker_timers.stack):
             answers, replaced = self._await(call.seqs, self._timeout(timeout), "step")
         return self._read(answers, replaced, call.ship, None)
-
-    def _check_actions(self, actions: Any, ids: np.ndarray | None) -> None:
-        if self._check_mode == "off":
-            return
-        n = self.num_envs if ids is None else len(ids)
-        checker = self._checkers.get(n)
-        if checker is None:
-            checker = self._checkers[n] = self._new_checker(n)
-        checker.check(actions, ids)
-
-    def _new_checker(self, n: int) -> Any:
-        # The new signature is ActionChecker(space, n, where, mode); until it lands,
-        # the old one takes envs_per_worker for its messages.
-        try:
-            return ActionChecker(self.single_action_space, n, self._env_where, self._check_mode)  # type: ignore[arg-type,call-arg]
-        except TypeError:
-            return _OldCheckerAdapter(self.single_action_space, n, self)
-
-    def _env_where(self, i: int) -> str:
-        g = int(self._layout.group_of(np.asarray([i]))[0])
-        return f"env {i} ({self.group_noun[:-1]} {g})"
 
     # ================================================================ first-ready
 
@@ -500,7 +471,7 @@ class BatchedVectorEnv(VectorEnv):  # type: ignore[type-arg]
             raise AlreadyPendingCallError(
                 f"{self._where(busy[0])} already has a step in flight: recv() it first", "send"
             )
-        self._check_actions(actions, ids)
+        self._actions.check(actions, ids)
         ship = self._worker_timers.want()
         seq = self._next_seq()
         backend.post_step(groups, seq, ship, actions, ids)
@@ -552,121 +523,6 @@ class BatchedVectorEnv(VectorEnv):  # type: ignore[type-arg]
         ship = any(a is not None and a.timer_root is not None for a in answers.values())
         obs, rewards, terms, truncs, infos = self._read(answers, replaced, ship, ids)
         return obs, rewards, terms, truncs, infos, ids
-
-    # ================================================================ call / attrs / apply
-
-    def _targets(
-        self, env_ids: Sequence[int] | np.ndarray | None
-    ) -> tuple[dict[int, tuple[int, ...] | None], list[tuple[int, int]]]:
-        """Per group, the local ids of the chosen envs; and where each result will be."""
-        if env_ids is None:
-            sizes = self._layout.sizes
-            return dict.fromkeys(self._groups), [
-                (g, i) for g in self._groups for i in range(sizes[g])
-            ]
-        ids = np.asarray(env_ids, dtype=np.int64).reshape(-1)
-        if ids.size and (ids.min() < 0 or ids.max() >= self.num_envs):
-            raise ValueError(
-                f"env_ids must be env indices in [0, {self.num_envs}), got {ids.tolist()}"
-            )
-        local: dict[int, list[int]] = {}
-        order = []
-        for i, g in zip(ids.tolist(), self._layout.group_of(ids).tolist(), strict=True):
-            mine = local.setdefault(g, [])
-            order.append((g, len(mine)))
-            mine.append(i - self._layout.starts[g])
-        return {g: tuple(v) for g, v in local.items()}, order
-
-    def call_async(
-        self, name: str, *args: Any, env_ids: Sequence[int] | None = None, **kwargs: Any
-    ) -> None:
-        """Send :meth:`call` to the groups without waiting (as ``AsyncVectorEnv``)."""
-        self._pending = self._post_call(
-            "call_async",
-            f"call({name!r})",
-            env_ids,
-            lambda g, seq, ids: Call(seq, name, args, kwargs, ids),
-        )
-
-    def call_wait(self, timeout: float | None = None) -> tuple[Any, ...]:
-        """Wait for the call sent by :meth:`call_async`; one result per env."""
-        call = self._take_pending(CallKind.CALL)
-        answers, _ = self._await(call.seqs, self._timeout(timeout), call.phase)
-        return tuple(answers[g].results[k] for g, k in call.order)
-
-    def call(
-        self, name: str, *args: Any, env_ids: Sequence[int] | None = None, **kwargs: Any
-    ) -> tuple[Any, ...]:
-        """Call method ``name`` (or read attribute ``name``) of each env (of ``env_ids``).
-
-        Only the groups owning the chosen envs are contacted. Returns one result per
-        env, in ``env_ids`` order.
-        """
-        self.call_async(name, *args, env_ids=env_ids, **kwargs)
-        return self.call_wait()
-
-    def get_attr(self, name: str, env_ids: Sequence[int] | None = None) -> tuple[Any, ...]:
-        """Read attribute ``name`` of each env (of ``env_ids``)."""
-        return self.call(name, env_ids=env_ids)
-
-    def render(self) -> tuple[Any, ...]:
-        """Each env's ``render()`` result."""
-        return self.call("render")
-
-    def apply(
-        self,
-        fn: Callable[..., Any],
-        *args: Any,
-        env_ids: Sequence[int] | None = None,
-        **kwargs: Any,
-    ) -> tuple[Any, ...]:
-        """Run ``fn(env, *args, **kwargs)`` in the workers, for each env (of ``env_ids``).
-
-        ``fn`` travels with cloudpickle. Returns one result per env, in ``env_ids`` order.
-        """
-        try:
-            blob = cloudpickle.dumps(fn)
-        except Exception as exc:
-            raise ValueError(f"apply(): {fn!r} cannot be pickled: {exc}") from exc
-        self._pending = self._post_call(
-            "apply", "apply", env_ids, lambda g, seq, ids: Apply(seq, blob, args, kwargs, ids)
-        )
-        return self.call_wait()
-
-    def set_attr(self, name: str, values: Any, env_ids: Sequence[int] | None = None) -> None:
-        """Set attribute ``name`` of each env (of ``env_ids``): one value for all, or a list/tuple
-        with one per chosen env."""
-        n = self.num_envs if env_ids is None else len(env_ids)
-        if not isinstance(values, (list, tuple)):
-            values = [values] * n
-        if len(values) != n:
-            what = f"num_envs={n}" if env_ids is None else f"{n} envs"
-            raise ValueError(f"got {len(values)} values for {what}")
-        targets, order = self._targets(env_ids)
-        per_group: dict[int, list[Any]] = {g: [] for g in targets}
-        for (g, _), v in zip(order, values, strict=True):
-            per_group[g].append(v)
-        call = self._post_call(
-            "set_attr",
-            "set_attr",
-            env_ids,
-            lambda g, seq, ids: SetAttr(seq, name, tuple(per_group[g]), ids),
-        )
-        self._await(call.seqs, self.step_timeout, "set_attr")
-
-    def _post_call(
-        self,
-        name: str,
-        phase: str,
-        env_ids: Sequence[int] | None,
-        make: Callable[[int, int, tuple[int, ...] | None], Any],
-    ) -> PendingCall:
-        backend = self._check_idle(name)
-        targets, order = self._targets(env_ids)
-        seq = self._next_seq()
-        commands = {g: make(g, seq, ids) for g, ids in targets.items()}
-        backend.post(commands)
-        return PendingCall(CallKind.CALL, dict.fromkeys(commands, seq), phase=phase, order=order)
 
     # ================================================================ timers
 
@@ -740,7 +596,7 @@ class BatchedVectorEnv(VectorEnv):  # type: ignore[type-arg]
             worker_timers.close()
         backend = self._backend
         if backend is not None:
-            self._obs_views = None
+            self._reader = None  # views handed out stay valid: they keep the memory mapped
             self._buffers = None
             backend.shutdown(graceful)
 
@@ -750,30 +606,19 @@ class BatchedVectorEnv(VectorEnv):  # type: ignore[type-arg]
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def __del__(self) -> None:
+        # Safety net only: the interpreter may be half torn down here.
+        try:
+            if self._backend is not None:
+                self._shutdown(graceful=False)
+        except Exception:
+            pass
 
-class _OldCheckerAdapter:
-    """Until the new ``ActionChecker(space, n, where, mode)`` lands: the old one, named by env."""
+    def _repr_fields(self) -> str:
+        return ""
 
-    def __init__(self, space: Any, n: int, owner: BatchedVectorEnv) -> None:
-        size = max(owner._layout.sizes)
-        self._checker = ActionChecker(space, n, size)
-        self._owner = owner
-        if owner._layout.even:
-            return
-        checker = self._checker
-        checker._where = lambda i: owner._env_where(  # type: ignore[method-assign,assignment]
-            int(i if checker._env_ids is None else checker._env_ids[i])
-        )
-
-    def check(self, actions: Any, env_ids: Any = None) -> None:
-        self._checker.check(actions, env_ids)
-
-
-def _check_mode(check_actions: str | bool) -> str:
-    """``check_actions`` as a mode: ``"safe"``, ``"strict"`` or ``"off"`` (``True``/``False``
-    mean safe/off)."""
-    if check_actions is True or check_actions is False:
-        return "safe" if check_actions else "off"
-    if check_actions not in ("safe", "strict", "off"):
-        raise ValueError(f"check_actions must be 'safe', 'strict' or 'off', got {check_actions!r}")
-    return check_actions
+    def __repr__(self) -> str:
+        spec = getattr(self, "spec", None)
+        name = spec.id if spec is not None else "envs"
+        num_envs = getattr(self, "num_envs", "?")
+        return f"{type(self).__name__}({name}, num_envs={num_envs}, {self._repr_fields()})"

@@ -27,16 +27,24 @@ import threading
 import warnings
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 import gymnasium as gym
 from gymnasium.vector import AutoresetMode
 
 from envmgr.envgroup import GroupSpec
-from envmgr.frontend import BatchedVectorEnv
+from envmgr.frontend import (
+    DEFAULT_START_TIMEOUT,
+    BatchedVectorEnv,
+    FrontEndOptions,
+    check_options,
+)
 from envmgr.layout import Layout, resolve_layout
 from envmgr.process_backend import ProcessBackend
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["SubprocessEnvManager", "default_start_method", "DEFAULT_SPIN_SECONDS"]
 
@@ -49,8 +57,6 @@ VectorEnvFactory = Callable[[int], gym.vector.VectorEnv]  # type: ignore[type-ar
 #: vCPU must be woken by the host), and budgets of 1-2 ms beat 0.2 ms by
 #: 10-30% on compute-bound and CartPole batches; longer only burns idle CPU.
 DEFAULT_SPIN_SECONDS = 1e-3
-#: How often workers ship their timer trees during a steady stepping loop.
-DEFAULT_TIMER_INTERVAL = 1.0
 
 _LIVE_MANAGERS: weakref.WeakSet[SubprocessEnvManager] = weakref.WeakSet()
 
@@ -126,20 +132,9 @@ class SubprocessEnvManager(BatchedVectorEnv):
             to ``min(2, cpu_count)``; with a sequence (or ``num_envs``), to the
             largest divisor of the env count not above the core count.
         envs_per_worker: Envs each worker owns (an even split).
-        num_envs: Total envs, with a single factory or ``vector_fn``. Any
-            ``num_envs >= n_workers`` works: worker ``w`` gets ``num_envs //
-            n_workers`` envs and the first ``num_envs % n_workers`` workers one more.
-        vector_fn: Instead of ``env_fns``: ``vector_fn(k) -> gymnasium.vector.VectorEnv``
-            with ``num_envs == k``, called once in each worker for its ``k`` envs (a
-            batched env hosted per worker: one ``step`` call per worker per batch;
-            its own autoreset mode applies). Needs ``num_envs``.
         context: Start method: ``"fork"``, ``"forkserver"`` or ``"spawn"``.
             Defaults to :func:`default_start_method`. Scripts without a
             ``__main__`` guard work under all three.
-        copy: Return copies of the observations (default). With ``False`` the
-            observations returned are read-only views into shared memory that the
-            next ``step``/``reset`` overwrites: copy what you keep.
-        autoreset_mode: Gymnasium autoreset mode; next-step by default.
         spin_seconds: How long a worker busy-polls for the next command before
             blocking (``0`` blocks at once; default 1 ms). Spinning saves a
             wake-up per step while stepping (on a VM, waking an idle vCPU costs
@@ -151,23 +146,8 @@ class SubprocessEnvManager(BatchedVectorEnv):
             no spare core the parent's spinning competes with the workers.
         step_timeout: Seconds a worker may take to answer a step or reset
             (``None``: no limit; a dead worker is still noticed at once).
-        start_timeout: Seconds a worker may take to build its envs.
         close_timeout: Seconds ``close()`` waits for workers to exit before
             terminating them.
-        timer_interval: Seconds between timer-tree shipments from workers while
-            stepping; reads of the timer tree always pull in the rest first.
-        check_actions: How actions are checked in the parent before they are
-            sent: ``"safe"`` (default: structure, shape and a castable dtype, as
-            ``AsyncVectorEnv`` passes actions on), ``"strict"`` (also every value
-            against the space) or ``"off"``. ``True``/``False`` mean safe/off.
-        max_restarts: How many times each worker may be replaced after it dies
-            or overruns ``step_timeout``. A replaced worker rebuilds its envs from
-            their factories and resets them; the step returns with those envs
-            truncated and ``infos["envmgr_restarted"]`` giving the reason. ``0``
-            (default): a failure breaks the manager and raises; later calls raise
-            :class:`~envmgr.errors.BrokenManagerError`.
-        restart_window: Count restarts only within this many seconds (a rate
-            limit); ``None`` counts over the manager's lifetime.
         shared_memory: Accepted for ``AsyncVectorEnv`` compatibility. envmgr
             always uses shared memory for spaces of fixed shape.
         daemon: Accepted for ``AsyncVectorEnv`` compatibility; workers are
@@ -176,6 +156,11 @@ class SubprocessEnvManager(BatchedVectorEnv):
             have the same observation space.
         worker: ``AsyncVectorEnv``'s custom worker function is not supported;
             passing one raises ``TypeError``.
+        **options: The arguments both managers take, documented in
+            :class:`~envmgr.frontend.FrontEndOptions`: ``num_envs``, ``vector_fn``
+            (a batched env hosted per worker), ``copy``, ``autoreset_mode``,
+            ``check_actions``, ``max_restarts``, ``restart_window``,
+            ``start_timeout``, ``timer_interval``.
     """
 
     group_noun = "workers"
@@ -186,25 +171,18 @@ class SubprocessEnvManager(BatchedVectorEnv):
         n_workers: int | None = None,
         envs_per_worker: int | None = None,
         *,
-        num_envs: int | None = None,
-        vector_fn: VectorEnvFactory | None = None,
         context: str | None = None,
-        copy: bool = True,
-        autoreset_mode: str | AutoresetMode | None = None,
         spin_seconds: float = DEFAULT_SPIN_SECONDS,
         parent_spin_seconds: float = 0.0,
         step_timeout: float | None = None,
-        start_timeout: float | None = 120.0,
         close_timeout: float = 5.0,
-        timer_interval: float = DEFAULT_TIMER_INTERVAL,
-        check_actions: str | bool = "safe",
-        max_restarts: int = 0,
-        restart_window: float | None = None,
         shared_memory: bool = True,
         daemon: bool = True,
         observation_mode: str = "same",
         worker: Callable[..., Any] | None = None,
+        **options: Unpack[FrontEndOptions],
     ) -> None:
+        check_options("SubprocessEnvManager", dict(options))
         if worker is not None:
             raise TypeError(
                 "worker= (AsyncVectorEnv's custom worker loop) is not supported: envmgr runs "
@@ -218,9 +196,7 @@ class SubprocessEnvManager(BatchedVectorEnv):
         if not daemon:
             raise ValueError("daemon=False is not supported: workers must not outlive the manager")
         del shared_memory  # always on where the space allows
-        fns, layout, mode = hosted_layout(
-            env_fns, vector_fn, n_workers, envs_per_worker, num_envs, autoreset_mode
-        )
+        fns, layout, mode = hosted_layout(env_fns, n_workers, envs_per_worker, options)
         self.n_workers = layout.n_groups
         #: Envs per worker when the split is even, else ``None`` (see ``worker_sizes``).
         self.envs_per_worker = layout.sizes[0] if layout.even else None
@@ -234,7 +210,6 @@ class SubprocessEnvManager(BatchedVectorEnv):
         self.spin_seconds = float(spin_seconds)
         self.parent_spin_seconds = float(parent_spin_seconds)
         self.close_timeout = close_timeout
-        self.timer_interval = timer_interval
         ctx = mp.get_context(self.context)
         if self.context == "fork" and _native_thread_count() > 1:
             warnings.warn(
@@ -248,27 +223,18 @@ class SubprocessEnvManager(BatchedVectorEnv):
         if self.context == "forkserver":
             # Workers fork from a server that already imported numpy and gymnasium.
             ctx.set_forkserver_preload(["envmgr.worker"])
-        payloads = group_specs(layout, fns, vector_fn, AutoresetMode(mode).value, "worker")
+        payloads = group_specs(layout, fns, options.get("vector_fn"), mode, "worker")
         try:
-            self._open(
-                ProcessBackend(
-                    layout,
-                    payloads,
-                    ctx,
-                    spin_seconds=self.spin_seconds,
-                    parent_spin_seconds=self.parent_spin_seconds,
-                    start_timeout=start_timeout,
-                    close_timeout=close_timeout,
-                ),
-                autoreset_mode=mode,
-                copy=copy,
-                check_actions=check_actions,
-                max_restarts=max_restarts,
-                restart_window=restart_window,
-                step_timeout=step_timeout,
-                start_timeout=start_timeout,
-                timer_interval=timer_interval,
+            backend = ProcessBackend(
+                layout,
+                payloads,
+                ctx,
+                spin_seconds=self.spin_seconds,
+                parent_spin_seconds=self.parent_spin_seconds,
+                start_timeout=options.get("start_timeout", DEFAULT_START_TIMEOUT),
+                close_timeout=close_timeout,
             )
+            self._open(backend, options, autoreset_mode=mode, step_timeout=step_timeout)
         except BaseException:
             self._shutdown(graceful=False)
             raise
@@ -285,46 +251,55 @@ class SubprocessEnvManager(BatchedVectorEnv):
         backend = self._backend
         return [] if backend is None else backend.worker_pids  # type: ignore[attr-defined]
 
-    def __del__(self) -> None:
-        # Safety net only: the interpreter may be half torn down here.
-        try:
-            if self._backend is not None:
-                self._shutdown(graceful=False)
-        except Exception:
-            pass
-
-    def __repr__(self) -> str:
-        spec = getattr(self, "spec", None)
-        name = spec.id if spec is not None else "envs"
+    def _repr_fields(self) -> str:
         return (
-            f"SubprocessEnvManager({name}, num_envs={getattr(self, 'num_envs', '?')}, "
             f"n_workers={getattr(self, 'n_workers', '?')}, "
             f"envs_per_worker={getattr(self, 'envs_per_worker', '?')}, "
-            f"context={getattr(self, 'context', '?')!r})"
+            f"context={getattr(self, 'context', '?')!r}"
         )
 
 
 def hosted_layout(
     env_fns: Any,
-    vector_fn: Any,
     n_groups: int | None,
     per_group: int | None,
-    num_envs: int | None,
-    autoreset_mode: str | AutoresetMode | None,
+    options: FrontEndOptions,
     names: tuple[str, str] = ("n_workers", "envs_per_worker"),
-) -> tuple[list[EnvFactory] | None, Layout, str | AutoresetMode]:
-    """The factories, layout and autoreset mode of a manager's constructor arguments."""
+    default_groups: int | None = None,
+) -> tuple[list[EnvFactory] | None, Layout, str]:
+    """The factories, layout and autoreset mode (value) of a manager's arguments.
+
+    ``default_groups`` (Ray: the node count) replaces the core count when nothing
+    says how many groups.
+    """
+    default_groups = max(1, default_groups) if default_groups is not None else None
+    vector_fn, num_envs = options.get("vector_fn"), options.get("num_envs")
+    mode = AutoresetMode(options.get("autoreset_mode") or AutoresetMode.NEXT_STEP).value
     if (env_fns is None) == (vector_fn is None):
         raise TypeError("pass exactly one of env_fns (one env per slot) and vector_fn")
     if vector_fn is None:
-        fns, layout = resolve_layout(env_fns, n_groups, per_group, num_envs=num_envs, names=names)
-        return fns, layout, autoreset_mode or AutoresetMode.NEXT_STEP
+        fns, layout = resolve_layout(
+            env_fns,
+            n_groups,
+            per_group,
+            num_envs=num_envs,
+            default_groups=default_groups,
+            names=names,
+        )
+        return fns, layout, mode
     if not callable(vector_fn):
         raise TypeError(f"vector_fn must be a callable num_envs -> VectorEnv, got {vector_fn!r}")
     if num_envs is None:
-        raise TypeError("vector_fn needs num_envs (the total over all workers)")
-    _, layout = resolve_layout(vector_fn, n_groups, per_group, num_envs=num_envs, names=names)
-    return None, layout, autoreset_mode or AutoresetMode.NEXT_STEP
+        raise TypeError("vector_fn needs num_envs (the total over all groups)")
+    _, layout = resolve_layout(
+        vector_fn,
+        n_groups,
+        per_group,
+        num_envs=num_envs,
+        default_groups=default_groups,
+        names=names,
+    )
+    return None, layout, mode
 
 
 @atexit.register

@@ -25,17 +25,9 @@ from typing import Any
 
 import cloudpickle
 
-from envmgr.envgroup import (
-    BuildFailed,
-    EnvGroup,
-    GroupSpec,
-    build_error,
-    build_group,
-    command_error,
-    error_response,
-    serve,
-)
+from envmgr.envgroup import BuildFailed, EnvGroup, GroupSpec, build_group
 from envmgr.messages import Ack, Attach, Close, Command, ErrorResponse, Step, WorkerConfig
+from envmgr.serve import build_error, command_error, error_response, serve
 from envmgr.shared_memory import SharedBuffers
 from envmgr.signalling import SHIP_TIMERS, WorkerDoorbell
 

@@ -17,7 +17,8 @@ from typing import Any
 import cloudpickle
 import numpy as np
 
-from envmgr.envgroup import BuildFailed, EnvGroup, build_error, build_group, command_error, serve
+from envmgr.envgroup import BuildFailed, EnvGroup, build_group
+from envmgr.serve import build_error, command_error, serve
 from envmgr.shared_memory import SharedBuffers
 
 __all__ = ["EnvActor", "actor_class", "pack", "unpack"]

@@ -25,10 +25,10 @@ import numpy as np
 from envmgr.backend import Lost, Waited, group_shares, remote_exception
 from envmgr.backends._ray_actor import actor_class, pack, unpack
 from envmgr.batching import scatter_tree
-from envmgr.envgroup import error_response
 from envmgr.errors import RemoteTraceback, WorkerDiedError, WorkerTimeoutError
 from envmgr.layout import Layout
 from envmgr.messages import Command, ErrorResponse, Ready, Step, StepResponse
+from envmgr.serve import error_response
 from envmgr.shared_memory import SharedBuffers
 
 __all__ = ["RayBackend", "RayActorDiedError", "ActorInfo"]

@@ -35,14 +35,22 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
-from gymnasium.vector import AutoresetMode
 
 from envmgr.backends._ray_backend import ActorInfo, RayActorDiedError, RayBackend
-from envmgr.frontend import RESTARTED_INFO_KEY, BatchedVectorEnv
-from envmgr.manager import VectorEnvFactory, group_specs, hosted_layout
+from envmgr.frontend import (
+    DEFAULT_START_TIMEOUT,
+    RESTARTED_INFO_KEY,
+    BatchedVectorEnv,
+    FrontEndOptions,
+    check_options,
+)
+from envmgr.manager import group_specs, hosted_layout
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = [
     "RayEnvManager",
@@ -58,8 +66,6 @@ EnvFactory = Callable[[], gym.Env[Any, Any]]
 RAY_INSTALL_HINT = 'pip install "envmgr[ray]"'
 #: Default seconds an actor may take to answer one step, reset or call.
 DEFAULT_STEP_TIMEOUT = 60.0
-#: How often actors ship their timer trees during a steady stepping loop.
-DEFAULT_TIMER_INTERVAL = 1.0
 
 
 def _import_ray() -> Any:
@@ -159,33 +165,23 @@ class RayEnvManager(BatchedVectorEnv):
         node_affinity_soft: Whether that pinning may fall back to another node.
         actor_options: Extra ``.options(...)`` for the actors (one dict for all or
             one per actor), applied last: ``scheduling_strategy``, ``runtime_env``...
-        max_restarts: How many times each actor may be replaced after it dies
-            (process killed, node lost) or overruns ``step_timeout``. A replaced
-            actor's envs are rebuilt from their factories and reset (unseeded);
-            the step returns with those envs truncated and
-            ``infos["envmgr_restarted"]`` giving the reason. ``0`` (default): a
-            failure closes the manager and raises :class:`RayActorDiedError` /
-            :class:`~envmgr.errors.WorkerTimeoutError`; once the budget is
-            spent, :class:`~envmgr.errors.BrokenWorkerError`.
-        restart_window: Count restarts only within this many seconds (a rate
-            limit); ``None`` counts over the manager's lifetime.
         step_timeout: Seconds an actor may take to answer a step, reset or call
             (``None``: no limit; a dead actor is still noticed at once).
-        start_timeout: Seconds to place and start an actor (placement waits for
-            resources; an impossible one ends here).
         close_timeout: Seconds ``close()`` waits for actors to close their envs
             before killing them.
-        timer_interval: Seconds between timer-tree shipments from the actors.
-        autoreset_mode: Gymnasium autoreset mode; next-step by default.
-        check_actions: Validate actions against the action space before sending.
         context: Start method of the worker processes inside an actor
             (``workers_per_actor > 1``).
         shutdown_ray: Shut Ray down (or disconnect) on ``close()`` if this
             manager connected or started it (default). Several managers sharing
             that connection shut it down when the last one closes.
+        **options: The arguments both managers take, documented in
+            :class:`~envmgr.frontend.FrontEndOptions`: ``num_envs``, ``vector_fn``
+            (a batched env hosted per actor), ``copy``, ``autoreset_mode``,
+            ``check_actions``, ``max_restarts`` (a lost actor is a dead actor
+            process, a lost node, or one that overran ``step_timeout``),
+            ``restart_window``, ``start_timeout`` (placing an actor waits for
+            resources; an impossible one ends here), ``timer_interval``.
     """
-
-    group_noun = "actors"
 
     group_noun = "actors"
 
@@ -195,8 +191,6 @@ class RayEnvManager(BatchedVectorEnv):
         n_actors: int | None = None,
         envs_per_actor: int | None = None,
         *,
-        num_envs: int | None = None,
-        vector_fn: VectorEnvFactory | None = None,
         workers_per_actor: int = 1,
         address: str | None = None,
         ray_init_kwargs: dict[str, Any] | None = None,
@@ -205,18 +199,13 @@ class RayEnvManager(BatchedVectorEnv):
         node_ids: Sequence[str] | None = None,
         node_affinity_soft: bool = False,
         actor_options: dict[str, Any] | Sequence[dict[str, Any]] | None = None,
-        max_restarts: int = 0,
-        restart_window: float | None = None,
         step_timeout: float | None = DEFAULT_STEP_TIMEOUT,
-        start_timeout: float | None = 120.0,
         close_timeout: float = 10.0,
-        timer_interval: float = DEFAULT_TIMER_INTERVAL,
-        autoreset_mode: str | AutoresetMode | None = None,
-        check_actions: str | bool = "safe",
-        copy: bool = True,
         context: str | None = None,
         shutdown_ray: bool = True,
+        **options: Unpack[FrontEndOptions],
     ) -> None:
+        check_options("RayEnvManager", dict(options))
         self._owns_ray = False
         if not isinstance(workers_per_actor, int) or workers_per_actor < 0:
             raise ValueError(f"workers_per_actor must be an int >= 0, got {workers_per_actor!r}")
@@ -231,22 +220,16 @@ class RayEnvManager(BatchedVectorEnv):
             per_node = (
                 n_actors is None
                 and callable(env_fns)
-                and num_envs is None
+                and options.get("num_envs") is None
                 and node_ids is None
                 and resources_per_actor is None
                 and actor_options is None
             )
-            if callable(env_fns) and n_actors is None and num_envs is None:
-                n_actors = max(1, len(alive))
+            names = ("n_actors", "envs_per_actor")
             fns, layout, mode = hosted_layout(
-                env_fns,
-                vector_fn,
-                n_actors,
-                envs_per_actor,
-                num_envs,
-                autoreset_mode,
-                names=("n_actors", "envs_per_actor"),
+                env_fns, n_actors, envs_per_actor, options, names, default_groups=len(alive)
             )
+            vector_fn = options.get("vector_fn")
             if workers_per_actor > 1 and fns is not None:
                 if any(size % workers_per_actor for size in layout.sizes):
                     raise ValueError(
@@ -254,11 +237,7 @@ class RayEnvManager(BatchedVectorEnv):
                         f"workers_per_actor={workers_per_actor}"
                     )
                 vector_fn = _InnerManager(
-                    tuple(fns),
-                    workers_per_actor,
-                    context,
-                    str(AutoresetMode(mode).value),
-                    step_timeout,
+                    tuple(fns), workers_per_actor, context, mode, step_timeout
                 )
                 fns = None
             self.n_actors = layout.n_groups
@@ -273,29 +252,18 @@ class RayEnvManager(BatchedVectorEnv):
                 node_affinity_soft if node_ids is not None else True,
                 actor_options,
             )
-            payloads = group_specs(layout, fns, vector_fn, AutoresetMode(mode).value, "actor")
-            get_timeout = 30.0 if step_timeout is None else max(5.0, step_timeout)
+            payloads = group_specs(layout, fns, vector_fn, mode, "actor")
             backend = RayBackend(
                 ray,
                 layout,
                 payloads,
                 opts,
-                start_timeout=start_timeout,
+                start_timeout=options.get("start_timeout", DEFAULT_START_TIMEOUT),
                 close_timeout=close_timeout,
-                get_timeout=get_timeout,
+                get_timeout=30.0 if step_timeout is None else max(5.0, step_timeout),
             )
             self.actor_info = backend.actor_info
-            self._open(
-                backend,
-                autoreset_mode=mode,
-                copy=copy,
-                check_actions=check_actions,
-                max_restarts=max_restarts,
-                restart_window=restart_window,
-                step_timeout=step_timeout,
-                start_timeout=start_timeout,
-                timer_interval=timer_interval,
-            )
+            self._open(backend, options, autoreset_mode=mode, step_timeout=step_timeout)
         except BaseException:
             self._shutdown(graceful=False)
             raise
@@ -363,22 +331,11 @@ class RayEnvManager(BatchedVectorEnv):
                 self._owns_ray = False
                 _release_ray(self.ray, shutdown=self.shutdown_ray)
 
-    def __del__(self) -> None:
-        # Safety net only (Ray also kills a driver's actors when the driver exits).
-        try:
-            if self._backend is not None:
-                self._shutdown(graceful=False)
-        except Exception:
-            pass
-
-    def __repr__(self) -> str:
-        spec = getattr(self, "spec", None)
-        name = spec.id if spec is not None else "envs"
+    def _repr_fields(self) -> str:
         return (
-            f"RayEnvManager({name}, num_envs={getattr(self, 'num_envs', '?')}, "
             f"n_actors={getattr(self, 'n_actors', '?')}, "
             f"envs_per_actor={getattr(self, 'envs_per_actor', '?')}, "
-            f"workers_per_actor={getattr(self, 'workers_per_actor', '?')})"
+            f"workers_per_actor={getattr(self, 'workers_per_actor', '?')}"
         )
 
 
