@@ -188,13 +188,11 @@ class RayBackend:
         info.pid = answer.pid
         return answer  # type: ignore[no-any-return]
 
-    def attach(
-        self, observation_space: gym.Space[Any], action_space: gym.Space[Any]
-    ) -> SharedBuffers:
-        n = self.layout.n_groups
-        self.buffers = SharedBuffers.private(
-            observation_space, action_space, self.layout.num_envs, n
-        )
+    def attach(self, observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> Any:
+        """The driver's private batch arrays; answers are copied in at each actor's rows."""
+        layout = self.layout
+        spaces = (observation_space, action_space)
+        self.buffers = SharedBuffers.private(*spaces, layout.num_envs, layout.n_groups)
         return self.buffers
 
     # ================================================================ commands
