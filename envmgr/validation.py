@@ -48,7 +48,7 @@ _UNSIGNED = {k: np.dtype(f"u{k}") for k in (1, 2, 4, 8)}
 def _check_mode(mode: Any) -> str:
     """``mode`` as one of :data:`ACTION_CHECK_MODES`; ``True``/``False`` are the old flag."""
     if mode is True:
-        return "strict"  # what check_actions=True meant before the modes existed
+        return "safe"
     if mode is False:
         return "off"
     if mode not in ACTION_CHECK_MODES:
@@ -69,7 +69,7 @@ class ActionChecker:
             ``where`` existed), and then ``mode`` defaults to ``"strict"``, which is what
             that call meant.
         mode: ``"safe"`` (default), ``"strict"`` or ``"off"``; see the module docstring.
-            ``True``/``False`` mean ``"strict"``/``"off"``.
+            ``True``/``False`` (the old ``check_actions`` flag) mean ``"safe"``/``"off"``.
 
     Raises:
         ValueError: If ``mode`` is not one of the above.

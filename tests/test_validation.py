@@ -339,7 +339,7 @@ def test_whole_groups_rejects_ids_naming_the_problem(env_ids: list[int], pattern
 def test_safe_is_the_default_mode_and_modes_are_checked() -> None:
     assert ActionChecker(spaces.Discrete(2), N, where).mode == "safe"
     assert ActionChecker(spaces.Discrete(2), N, where, False).mode == "off"
-    assert ActionChecker(spaces.Discrete(2), N, where, True).mode == "strict"
+    assert ActionChecker(spaces.Discrete(2), N, where, True).mode == "safe"
     with pytest.raises(ValueError, match=r"check_actions must be one of 'safe', 'strict', 'off'"):
         ActionChecker(spaces.Discrete(2), N, where, "loose")
 
