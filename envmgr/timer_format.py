@@ -36,6 +36,7 @@ from typing import Any, TypeGuard
 
 __all__ = [
     "TimerTreeError",
+    "TimerFileError",
     "check_tree",
     "load_tree",
     "format_tree",
@@ -52,6 +53,10 @@ _PROCESS_ROOT_RE = re.compile(r"worker_root|worker_\d+|actor_\d+(@.*)?")
 
 class TimerTreeError(ValueError):
     """A file or object is not a readable timer tree; the message is a single line."""
+
+
+class TimerFileError(TimerTreeError):
+    """The file could not be read at all (missing, a directory, no permission, not UTF-8)."""
 
 
 # ------------------------------------------------------------------ reading and checking
@@ -115,8 +120,8 @@ def load_tree(path: str | PathLike[str]) -> dict[str, Any]:
     """Reads and validates a ``timers.json`` (``"-"`` reads standard input).
 
     Raises:
-        TimerTreeError: With a one-line message if the file cannot be read, is not valid JSON
-            or is not a timer tree.
+        TimerFileError: With a one-line message if the file cannot be read.
+        TimerTreeError: With a one-line message if it is not valid JSON or not a timer tree.
     """
     name = str(path)
     try:
@@ -128,7 +133,7 @@ def load_tree(path: str | PathLike[str]) -> dict[str, Any]:
                 text = f.read()
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise TimerTreeError(f"cannot read {name}: {reason}") from None
+        raise TimerFileError(f"cannot read {name}: {reason}") from None
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
