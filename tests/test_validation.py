@@ -8,6 +8,7 @@ through and refuses only what cannot be placed, with AsyncVectorEnv's exception 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -15,6 +16,7 @@ import pytest
 from gymnasium import spaces
 from gymnasium.vector.utils import batch_space
 
+import envmgr
 from envmgr.validation import ActionChecker
 
 N, EPW = 6, 2  # envs 0-1 on worker 0, 2-3 on worker 1, 4-5 on worker 2
@@ -500,3 +502,32 @@ def test_check_env_fns_refuses_instances_with_a_factory_hint() -> None:
         check_env_fns(42)
     with pytest.raises(ValueError, match="empty sequence"):
         check_env_fns([])
+
+
+# The managers must call check_env_fns on their env_fns argument first; until some module of
+# the package does, the end-to-end test cannot pass and says so.
+MANAGER_WIRED = any(
+    "check_env_fns(" in path.read_text()
+    for path in Path(envmgr.__file__).parent.rglob("*.py")
+    if path.name != "validation.py"
+)
+
+
+@pytest.mark.skipif(
+    not MANAGER_WIRED,
+    reason="SubprocessEnvManager does not call envmgr.validation.check_env_fns yet "
+    "(wired in at the merge with the refactor branch)",
+)
+@pytest.mark.timeout(60)
+def test_manager_refuses_an_env_instance_with_a_factory_hint() -> None:
+    import gymnasium as gym
+
+    from envmgr import SubprocessEnvManager
+
+    env = gym.make("CartPole-v1")
+    try:
+        for env_fns in (env, [env, env]):
+            with pytest.raises(TypeError, match=r"not an env factory.*lambda: gym\.make\("):
+                SubprocessEnvManager(env_fns, context="fork")
+    finally:
+        env.close()
