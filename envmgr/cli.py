@@ -246,7 +246,7 @@ def _bench(args: argparse.Namespace) -> int:
     import runpy
 
     saved = sys.argv
-    sys.argv = [BENCH_PROG, *_bench_argv(getattr(args, "extra", []))]
+    sys.argv = [str(script), *_bench_argv(getattr(args, "extra", []))]
     try:
         runpy.run_path(str(script), run_name="__main__")
     except SystemExit as exc:
