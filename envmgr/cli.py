@@ -7,19 +7,21 @@ Commands:
   and print it as a table, write folded stacks for flame-graph tools, draw an icicle chart,
   or summarise the worker processes.
 
-Exit codes: 0 success, 1 a file that cannot be read / is not a timer tree / cannot be
-written (with a one-line message on stderr), 2 wrong usage.
+Exit codes: 0 success; 2 wrong usage - a bad option or value, an unknown env id, a FILE that
+cannot be read - with one line on stderr; 1 a file that is not a timer tree, an output that
+cannot be written, or a failed run, also with one line on stderr.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 __all__ = ["main"]
 
@@ -30,27 +32,73 @@ class _CommandError(Exception):
     """A failure to report as one line on stderr with exit code 1."""
 
 
+class _UsageError(Exception):
+    """A usage error found after parsing (an unknown env id, an unreadable FILE): exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line on stderr (exit code 2), without the usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        _usage(self, message)
+        raise SystemExit(EXIT_USAGE)
+
+
+def _usage(parser: argparse.ArgumentParser, message: str) -> int:
+    """Print a usage error as one line on stderr; returns the exit code for it."""
+    print(
+        f"{parser.prog}: error: {_one_line_text(message)} (see '{parser.prog} --help')",
+        file=sys.stderr,
+    )
+    return EXIT_USAGE
+
+
+def _one_line_text(text: str) -> str:
+    return " ".join(text.split())
+
+
 def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
+    return _one_line_text(str(exc)) or type(exc).__name__
 
 
 # ------------------------------------------------------------------ demo
 
 
-def _demo(args: argparse.Namespace) -> int:
+def _demo_env_spec(env_id: str) -> Any:
+    """The spec of ``env_id``, or a usage error saying why there is none."""
     import gymnasium as gym
 
-    from envmgr import SubprocessEnvManager, timers
+    from envmgr.make import _resolve_spec
+
+    try:
+        return _resolve_spec(env_id)
+    except (gym.error.Error, ImportError, AttributeError, ValueError) as exc:
+        raise _UsageError(f"--env {env_id}: {_one_line(exc)}") from None
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from envmgr import timers
+    from envmgr.errors import EnvMgrError
+    from envmgr.make import make
     from envmgr.timer_format import format_tree, worker_summary
 
-    env_id = args.env
+    if args.timers_json:
+        folder = os.path.dirname(os.path.abspath(args.timers_json))
+        if not os.path.isdir(folder):  # found now, not after the run
+            raise _UsageError(f"--json {args.timers_json}: no such directory {folder}")
+    spec = _demo_env_spec(args.env)
+    env_id = spec.id
     timers.reset_timers()
-    with SubprocessEnvManager(
-        lambda: gym.make(env_id),
-        n_workers=args.workers,
-        envs_per_worker=args.envs_per_worker,
-        context=args.context,
-    ) as envs:
+    try:
+        envs = make(
+            spec,
+            args.workers * args.envs_per_worker,
+            n_workers=args.workers,
+            vector_kwargs={"context": args.context},
+        )
+    except EnvMgrError as exc:
+        raise _CommandError(f"cannot start the workers: {_one_line(exc)}") from None
+    with envs:
         print(
             f"{envs!r}: {envs.num_envs} x {env_id} in {envs.n_workers} worker processes "
             f"(start method {envs.context}), stepping for {args.seconds:g} s ..."
@@ -94,10 +142,12 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _load(path: str) -> dict[str, Any]:
-    from envmgr.timer_format import TimerTreeError, load_tree
+    from envmgr.timer_format import TimerFileError, TimerTreeError, load_tree
 
     try:
         return load_tree(path)
+    except TimerFileError as exc:  # a FILE argument that names nothing readable: usage
+        raise _UsageError(_one_line(exc)) from None
     except TimerTreeError as exc:
         raise _CommandError(_one_line(exc)) from None
 
@@ -173,6 +223,18 @@ def _timers_workers(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------ bench
 
 
+BENCH_PROG = "envmgr bench"
+
+
+def _bench_argv(extra: Sequence[str]) -> list[str]:
+    """The suite's arguments: it names itself ``envmgr bench`` and writes its results to the
+    current directory unless ``--out`` says where, never into the checkout it runs from."""
+    argv = ["--prog", BENCH_PROG, *extra]
+    if not any(a == "--out" or a.startswith("--out=") for a in extra):
+        argv += ["--out", os.getcwd()]
+    return argv
+
+
 def _bench(args: argparse.Namespace) -> int:
     """Run benchmarks/throughput.py from the source tree, passing the arguments on."""
     script = Path(__file__).resolve().parent.parent / "benchmarks" / "throughput.py"
@@ -184,7 +246,7 @@ def _bench(args: argparse.Namespace) -> int:
     import runpy
 
     saved = sys.argv
-    sys.argv = [str(script), *getattr(args, "extra", [])]
+    sys.argv = [str(script), *_bench_argv(getattr(args, "extra", []))]
     try:
         runpy.run_path(str(script), run_name="__main__")
     except SystemExit as exc:
@@ -196,6 +258,26 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 # ------------------------------------------------------------------ parser
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds like 2.5, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text}")
+    return value
 
 
 def _non_negative_int(text: str) -> int:
@@ -255,7 +337,7 @@ def _add_timers_parsers(sub: Any) -> None:
         help="fold children below this fraction of their parent (e.g. 0.01) into one line",
     )
     show.add_argument("--all", action="store_true", help="also list timers that were never entered")
-    show.set_defaults(func=_timers_show)
+    show.set_defaults(func=_timers_show, parser=show)
 
     fold = tsub.add_parser(
         "fold",
@@ -276,7 +358,7 @@ def _add_timers_parsers(sub: Any) -> None:
         action="store_true",
         help="also emit worker_root (counts every worker's time twice)",
     )
-    fold.set_defaults(func=_timers_fold)
+    fold.set_defaults(func=_timers_fold, parser=fold)
 
     plot = tsub.add_parser(
         "plot",
@@ -305,7 +387,7 @@ def _add_timers_parsers(sub: Any) -> None:
     plot.add_argument(
         "--keep-worker-root", action="store_true", help="draw worker_root beside worker_<i>"
     )
-    plot.set_defaults(func=_timers_plot)
+    plot.set_defaults(func=_timers_plot, parser=plot)
 
     workers = tsub.add_parser(
         "workers",
@@ -315,14 +397,15 @@ def _add_timers_parsers(sub: Any) -> None:
         "then name the worker with the most env time against the median.",
     )
     workers.add_argument("file", metavar="FILE", help=_FILE_HELP)
-    workers.set_defaults(func=_timers_workers)
+    workers.set_defaults(func=_timers_workers, parser=workers)
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="envmgr",
         description="Vectorized gymnasium envs in worker processes, with merged timer trees.",
-        epilog="Exit codes: 0 ok, 1 bad input file (one-line message), 2 usage error.",
+        epilog="Exit codes: 0 ok, 2 usage error (a bad option, env id or unreadable FILE), "
+        "1 a file that is not a timer tree or a failed run; errors are one line on stderr.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     demo = sub.add_parser(
@@ -335,13 +418,19 @@ def _parser() -> argparse.ArgumentParser:
         "--env", default="CartPole-v1", help="gymnasium env id (default: %(default)s)"
     )
     demo.add_argument(
-        "--workers", type=int, default=2, help="worker processes (default: %(default)s)"
+        "--workers", type=_positive_int, default=2, help="worker processes (default: %(default)s)"
     )
     demo.add_argument(
-        "--envs-per-worker", type=int, default=16, help="envs per worker (default: %(default)s)"
+        "--envs-per-worker",
+        type=_positive_int,
+        default=16,
+        help="envs per worker (default: %(default)s)",
     )
     demo.add_argument(
-        "--seconds", type=float, default=3.0, help="how long to step (default: %(default)s)"
+        "--seconds",
+        type=_positive_seconds,
+        default=3.0,
+        help="how long to step (default: %(default)s)",
     )
     demo.add_argument(
         "--context",
@@ -359,7 +448,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="also write the timer tree as JSON here (read it back with 'envmgr timers')",
     )
-    demo.set_defaults(func=_demo)
+    demo.set_defaults(func=_demo, parser=demo)
 
     _add_timers_parsers(sub)
 
@@ -373,26 +462,32 @@ def _parser() -> argparse.ArgumentParser:
         add_help=False,
     )
     bench.add_argument("--help-suite", action="store_true", help=argparse.SUPPRESS)
-    bench.set_defaults(func=_bench)
+    bench.set_defaults(func=_bench, parser=bench)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the process exit code."""
     parser = _parser()
-    args, extra = parser.parse_known_args(argv)
-    if extra and getattr(args, "func", None) is not _bench:
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")  # exits with code 2
+    try:
+        args, extra = parser.parse_known_args(argv)
+    except SystemExit as exc:  # --help (0), or a usage error already printed (2)
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    command: argparse.ArgumentParser = getattr(args, "parser", parser)
     func = getattr(args, "func", None)
+    if extra and func is not _bench:
+        return _usage(command, f"unrecognized arguments: {' '.join(extra)}")
     if func is None:
-        # `envmgr` or `envmgr timers` without an action: show what there is to choose from.
-        getattr(args, "parser", parser).print_help(sys.stderr)
-        return EXIT_USAGE
+        # `envmgr` or `envmgr timers` without an action: name the choices.
+        choices = "demo, timers, bench" if command is parser else "show, fold, plot, workers"
+        return _usage(command, f"choose one of: {choices}")
     args.extra = extra
     if func is _bench and getattr(args, "help_suite", False):
         args.extra = ["--help", *extra]
     try:
         return int(func(args))
+    except _UsageError as exc:
+        return _usage(command, str(exc))
     except _CommandError as exc:
         print(f"envmgr: error: {exc}", file=sys.stderr)
         return EXIT_BAD_FILE

@@ -18,7 +18,10 @@ re-raised in the parent as its own type, with the worker's traceback chained as
 from __future__ import annotations
 
 import multiprocessing as mp
+import traceback
 from collections.abc import Sequence
+from types import FrameType
+from typing import Any
 
 from gymnasium import error as gym_error
 
@@ -35,6 +38,7 @@ __all__ = [
     "BrokenWorkerError",
     "BrokenManagerError",
     "RemoteTraceback",
+    "format_remote_exception",
 ]
 
 
@@ -147,3 +151,69 @@ class RemoteTraceback(Exception):
 
     def __str__(self) -> str:
         return f'\n"""\n{self.tb}"""'
+
+
+# The file name cloudpickle gives every code object it ships by value (functions and classes
+# from __main__, or from modules registered with register_pickle_by_value): it keeps the
+# line numbers but drops the file, to make its output deterministic.
+_DYNAMIC_CODE = "<dynamic-code>"
+
+
+def format_remote_exception(exc: BaseException) -> str:
+    """Formats ``exc`` with its traceback, as ``traceback.format_exception`` does, for
+    :class:`RemoteTraceback`; frames of code shipped by value keep their file and source line.
+
+    Env code defined in the user's script reaches a worker by value (cloudpickle), with every
+    code object's file name replaced by ``"<dynamic-code>"``; a plain traceback then reads
+    ``File "<dynamic-code>", line 6, in step`` with no source. The line numbers are intact,
+    and the function's globals still carry the defining module's ``__file__`` (cloudpickle
+    ships it with them), so such frames are shown with that file and, when the file is
+    readable here (the same machine, or a shared file system), its source line. Chained
+    exceptions (``__cause__``, ``__context__``) and exception groups are treated alike.
+
+    Args:
+        exc: The exception, caught in the worker (its ``__traceback__`` still attached).
+
+    Returns:
+        The text, ending in a newline.
+    """
+    te = traceback.TracebackException(type(exc), exc, exc.__traceback__)
+    _restore_file_names(te, exc, set())
+    return "".join(te.format())
+
+
+def _restore_file_names(te: traceback.TracebackException, exc: Any, seen: set[int]) -> None:
+    if exc is None or id(exc) in seen:
+        return
+    seen.add(id(exc))
+    frames = [frame for frame, _ in traceback.walk_tb(exc.__traceback__)]
+    if len(frames) == len(te.stack):  # always, unless a traceback limit cut the stack short
+        for k, (frame, summary) in enumerate(zip(frames, te.stack, strict=True)):
+            if summary.filename == _DYNAMIC_CODE:
+                te.stack[k] = _with_file(summary, frame)
+    for attr in ("__cause__", "__context__"):
+        nested = getattr(te, attr, None)
+        if nested is not None:
+            _restore_file_names(nested, getattr(exc, attr, None), seen)
+    # An exception group's formatter may show fewer members than it has (max_group_width).
+    members = zip(
+        getattr(te, "exceptions", None) or (), getattr(exc, "exceptions", ()), strict=False
+    )
+    for nested, sub in members:
+        _restore_file_names(nested, sub, seen)
+
+
+def _with_file(summary: traceback.FrameSummary, frame: FrameType) -> traceback.FrameSummary:
+    """``summary`` pointing at the file its code came from, if the frame's globals know it."""
+    path = frame.f_globals.get("__file__")
+    if not isinstance(path, str) or not path:
+        return summary
+    # Column positions (Python 3.11+) keep the ^^^ markers under the failing expression.
+    positions = {
+        key: getattr(summary, key)
+        for key in ("end_lineno", "colno", "end_colno")
+        if hasattr(summary, key)
+    }
+    return traceback.FrameSummary(
+        path, summary.lineno, summary.name, lookup_line=True, locals=summary.locals, **positions
+    )

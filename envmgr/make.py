@@ -1,5 +1,9 @@
-"""``envmgr.make``: a registered env id -> a :class:`SubprocessEnvManager`, like
-``gymnasium.make_vec``.
+"""``envmgr.make``: a registered env id -> a :class:`SubprocessEnvManager`, as
+``gymnasium.make_vec`` makes a ``SyncVectorEnv`` or ``AsyncVectorEnv``.
+
+The arguments are ``make_vec``'s: env keyword arguments go to the env, the manager's options
+go in ``vector_kwargs``, and ``n_workers`` (how many processes share the envs) is a keyword of
+its own.
 
 The id is resolved to its :class:`gymnasium.envs.registration.EnvSpec` here, in the parent, and
 the spec itself travels to the workers (with cloudpickle). Workers therefore never look the id up
@@ -11,17 +15,21 @@ works under every start method.
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import os
 import pickle
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
-from gymnasium.envs.registration import EnvSpec, load_env_creator
+from gymnasium.envs.registration import EnvSpec, VectorizeMode, load_env_creator
 
-from envmgr.layout import split_counts
 from envmgr.manager import SubprocessEnvManager
 
 __all__ = ["make"]
+
+# Manager arguments that make() fills in itself.
+_SET_BY_MAKE = ("env_fns", "n_workers", "envs_per_worker", "num_envs", "vector_env_fn")
 
 Wrapper = Callable[[gym.Env[Any, Any]], gym.Env[Any, Any]]
 
@@ -55,6 +63,43 @@ class _SpecEnvFactory:
         return f"_SpecEnvFactory({self.spec.id!r}, env_kwargs={self.env_kwargs!r})"
 
 
+class _SpecVectorEnvFactory:
+    """``n -> gymnasium.make_vec(spec, n, mode, wrappers=..., **env_kwargs)``: one batched env
+    per worker, for ``vectorization_mode="sync"`` or ``"vector_entry_point"``.
+
+    A plain class (not a closure) so its repr says what it builds and it pickles small.
+    """
+
+    def __init__(
+        self,
+        spec: EnvSpec,
+        mode: str,
+        env_kwargs: dict[str, Any],
+        wrappers: tuple[Wrapper, ...],
+    ) -> None:
+        self.spec = spec
+        self.mode = mode
+        self.env_kwargs = env_kwargs
+        self.wrappers = wrappers
+
+    def __call__(self, num_envs: int) -> gym.vector.VectorEnv[Any, Any, Any]:
+        envs = gym.make_vec(
+            self.spec,
+            num_envs=num_envs,
+            vectorization_mode=self.mode,
+            wrappers=list(self.wrappers) or None,  # type: ignore[arg-type]
+            **self.env_kwargs,
+        )
+        _make_spec_picklable(envs)  # make_vec records the wrappers (lambdas) in the spec
+        return envs
+
+    def __repr__(self) -> str:
+        return (
+            f"_SpecVectorEnvFactory({self.spec.id!r}, vectorization_mode={self.mode!r}, "
+            f"env_kwargs={self.env_kwargs!r})"
+        )
+
+
 def _picklable(obj: Any) -> bool:
     try:
         pickle.dumps(obj)
@@ -63,7 +108,7 @@ def _picklable(obj: Any) -> bool:
     return True
 
 
-def _make_spec_picklable(env: gym.Env[Any, Any]) -> None:
+def _make_spec_picklable(env: gym.Env[Any, Any] | gym.vector.VectorEnv[Any, Any, Any]) -> None:
     """Give the env a ``spec`` that plain ``pickle`` can carry back to the parent.
 
     A worker reports its first env's ``spec`` to the parent with plain pickle. Parts that only
@@ -91,6 +136,8 @@ def _make_spec_picklable(env: gym.Env[Any, Any]) -> None:
     if isinstance(env, gym.Wrapper):
         if hasattr(env, "_cached_spec"):  # where gymnasium's Wrapper.spec keeps its answer
             env._cached_spec = fixed
+    elif isinstance(env, gym.vector.VectorEnv):
+        env.unwrapped.spec = fixed  # where make_vec put it
     else:
         env.spec = fixed
 
@@ -127,22 +174,112 @@ def _positive_int(name: str, value: Any) -> int:
     return value
 
 
+def _vectorization_mode(mode: Any, spec: EnvSpec, wrappers: tuple[Wrapper, ...]) -> str:
+    """``mode`` as ``"async"``, ``"sync"`` or ``"vector_entry_point"``, checked against the spec."""
+    if mode is None:
+        return "async"
+    try:
+        value = VectorizeMode(mode).value
+    except ValueError:
+        valid = ", ".join(repr(m.value) for m in VectorizeMode)
+        raise ValueError(
+            f"vectorization_mode must be one of {valid} or None, got {mode!r}"
+        ) from None
+    if value == "vector_entry_point":
+        if spec.vector_entry_point is None:
+            raise ValueError(
+                f"vectorization_mode='vector_entry_point', but {spec.id!r} is registered without "
+                "a vector_entry_point; use 'async' (one env per slot) or 'sync'"
+            )
+        if wrappers:
+            raise ValueError(
+                "wrappers cannot be used with vectorization_mode='vector_entry_point' (as in "
+                "gymnasium.make_vec): the envs are built by the vector entry point"
+            )
+    return str(value)
+
+
+def _env_parameters(spec: EnvSpec) -> set[str] | None:
+    """Keyword names the env's entry point takes; ``None`` if it takes any (or is unknown)."""
+    entry = spec.entry_point
+    try:
+        creator = load_env_creator(entry) if isinstance(entry, str) else entry
+        params = inspect.signature(creator).parameters.values()  # type: ignore[arg-type]
+    except (TypeError, ValueError, ImportError, AttributeError):
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return None
+    return {p.name for p in params}
+
+
+def _check_env_kwargs(spec: EnvSpec, env_kwargs: Mapping[str, Any]) -> None:
+    """Refuse, with the fix, manager arguments and the old ``env_kwargs=`` given as env kwargs."""
+    if "env_kwargs" in env_kwargs:
+        raise TypeError(
+            "make() passes its keyword arguments to the env, as gymnasium.make_vec does: write "
+            "make(id, num_envs, g=9.0) instead of env_kwargs={'g': 9.0}"
+        )
+    manager_args = set(inspect.signature(SubprocessEnvManager).parameters) | set(_SET_BY_MAKE)
+    suspicious = sorted(set(env_kwargs) & manager_args)
+    accepted = _env_parameters(spec) if suspicious else None
+    if accepted is None:
+        return  # nothing suspicious, or the env takes **kwargs: they may well be its own
+    misplaced = [k for k in suspicious if k not in accepted]
+    for key in misplaced:
+        if key in _SET_BY_MAKE:
+            raise TypeError(
+                f"{key} is not an argument of {spec.id!r}, and make() sets it itself: give the "
+                "number of worker processes as n_workers=N (num_envs is split over them)"
+            )
+    if misplaced:
+        shown = ", ".join(f"{k!r}: {env_kwargs[k]!r}" for k in misplaced)
+        what = "is a manager option" if len(misplaced) == 1 else "are manager options"
+        raise TypeError(
+            f"{', '.join(misplaced)} {what}, not an argument of {spec.id!r}: "
+            f"pass vector_kwargs={{{shown}}}"
+        )
+
+
+def _check_vector_kwargs(vector_kwargs: Any) -> dict[str, Any]:
+    if vector_kwargs is None:
+        return {}
+    if not isinstance(vector_kwargs, Mapping):
+        raise ValueError(f"vector_kwargs must be a dict of manager options, got {vector_kwargs!r}")
+    for key in _SET_BY_MAKE:
+        if key in vector_kwargs:
+            hint = "pass n_workers=... to make()" if key != "env_fns" else "make() builds them"
+            raise TypeError(f"vector_kwargs may not contain {key!r}: {hint}")
+    return dict(vector_kwargs)
+
+
+def _check_wrappers(wrappers: Any) -> tuple[Wrapper, ...]:
+    if wrappers is None:
+        return ()
+    if isinstance(wrappers, (str, bytes)) or not isinstance(wrappers, Sequence):
+        raise ValueError(f"wrappers must be a list of callables env -> env, got {wrappers!r}")
+    for i, wrap in enumerate(wrappers):
+        if not callable(wrap):
+            raise ValueError(f"wrappers[{i}] is {wrap!r}, not a callable env -> env")
+    return tuple(wrappers)
+
+
 def make(
     env_id: str | EnvSpec,
-    num_envs: int,
-    n_workers: int | None = None,
+    num_envs: int = 1,
     *,
-    envs_per_worker: int | None = None,
-    env_kwargs: Mapping[str, Any] | None = None,
+    n_workers: int | None = None,
+    vectorization_mode: str | VectorizeMode | None = None,
+    vector_kwargs: Mapping[str, Any] | None = None,
     wrappers: Sequence[Wrapper] | None = None,
-    **manager_kwargs: Any,
+    **env_kwargs: Any,
 ) -> SubprocessEnvManager:
     """Creates ``num_envs`` copies of a registered env in worker processes.
 
-    Like ``gymnasium.make_vec(env_id, num_envs, vectorization_mode="async")``, but the result is
-    a :class:`SubprocessEnvManager` (batched workers, shared memory, merged timers)::
+    A drop-in for ``gymnasium.make_vec(env_id, num_envs, ...)``; the result is a
+    :class:`SubprocessEnvManager` (batched workers, shared memory, merged timers)::
 
-        envs = envmgr.make("CartPole-v1", num_envs=16, n_workers=2)
+        envs = envmgr.make("Pendulum-v1", num_envs=8, n_workers=2, g=9.0,
+                           vector_kwargs={"context": "spawn"})
 
     The spec is looked up in this process's registry and shipped to the workers, so envs
     registered by your own code work under every start method: ``gymnasium.register`` with a
@@ -153,18 +290,25 @@ def make(
     Args:
         env_id: A registered id such as ``"CartPole-v1"`` (``"module:Env-v0"`` imports
             ``module`` first, as ``gymnasium.make`` does), or an ``EnvSpec``.
-        num_envs: Total number of envs; worker ``w`` gets ``num_envs // n_workers``, the first
-            ``num_envs % n_workers`` workers one more.
-        n_workers: Worker processes. Default: ``num_envs / envs_per_worker`` if that is given,
-            else the largest divisor of ``num_envs`` not above the number of cores.
-        envs_per_worker: Envs per worker (default ``num_envs / n_workers``).
-        env_kwargs: Keyword arguments for ``gymnasium.make`` in each worker: env constructor
-            arguments, or ``max_episode_steps``, ``render_mode``, ``disable_env_checker``.
-        wrappers: Callables ``env -> env`` applied in order to each env after ``gymnasium.make``
-            (e.g. ``gymnasium.wrappers.RecordEpisodeStatistics``); they are pickled with
-            cloudpickle, so lambdas are fine.
-        **manager_kwargs: Passed on to :class:`SubprocessEnvManager` (``context``, ``copy``,
-            ``autoreset_mode``, ``step_timeout``, ...).
+        num_envs: Total number of envs.
+        n_workers: Worker processes; default ``min(num_envs, os.cpu_count())``. Any
+            ``n_workers <= num_envs`` works: worker ``w`` gets ``num_envs // n_workers``
+            envs, or one more (the first workers first).
+        vectorization_mode: What each worker hosts. ``None`` or ``"async"``: its share of
+            single envs (``gymnasium.make`` each), like ``AsyncVectorEnv``. ``"sync"``: one
+            ``gymnasium.make_vec(..., vectorization_mode="sync")`` of its share.
+            ``"vector_entry_point"``: one env from the spec's own vector entry point (e.g. a
+            numpy-batched CartPole), built with the worker's share as ``num_envs``.
+        vector_kwargs: Options for :class:`SubprocessEnvManager` (``context``, ``copy``,
+            ``autoreset_mode``, ``check_actions``, ``step_timeout``, ...), as
+            ``make_vec`` passes them to ``AsyncVectorEnv``.
+        wrappers: Callables ``env -> env`` applied in order to each single env after
+            ``gymnasium.make`` (e.g. ``gymnasium.wrappers.RecordEpisodeStatistics``); they
+            are pickled with cloudpickle, so lambdas are fine. Not with
+            ``"vector_entry_point"``, as in ``make_vec``.
+        **env_kwargs: Keyword arguments for ``gymnasium.make`` in each worker: env
+            constructor arguments (``g=9.0``), or ``max_episode_steps``, ``render_mode``,
+            ``disable_env_checker``.
 
     Returns:
         The started manager; use it as a context manager or ``close()`` it.
@@ -172,28 +316,33 @@ def make(
     Raises:
         gymnasium.error.Error: If ``env_id`` is not registered (``NameNotFound``,
             ``VersionNotFound``, ...).
-        ValueError: If ``num_envs`` does not split evenly, a count is not a positive int, or
-            ``env_kwargs`` / ``wrappers`` have the wrong type.
+        ValueError: A count that is not a positive int, more workers than envs, an unknown
+            ``vectorization_mode``, or ``vector_kwargs`` / ``wrappers`` of the wrong type.
+        TypeError: A manager option passed as an env keyword (the message says to use
+            ``vector_kwargs``), or ``vector_kwargs`` holding what make() sets itself.
         ImportError, AttributeError: If a string entry point cannot be imported.
     """
     num_envs = _positive_int("num_envs", num_envs)
-    if n_workers is not None:
-        _positive_int("n_workers", n_workers)
-    if envs_per_worker is not None:
-        _positive_int("envs_per_worker", envs_per_worker)
-    if env_kwargs is not None and not isinstance(env_kwargs, Mapping):
-        raise ValueError(f"env_kwargs must be a dict of keyword arguments, got {env_kwargs!r}")
-    if wrappers is None:
-        wrapper_tuple: tuple[Wrapper, ...] = ()
-    elif isinstance(wrappers, (str, bytes)) or not isinstance(wrappers, Sequence):
-        raise ValueError(f"wrappers must be a list of callables env -> env, got {wrappers!r}")
-    else:
-        wrapper_tuple = tuple(wrappers)
-        for i, wrap in enumerate(wrapper_tuple):
-            if not callable(wrap):
-                raise ValueError(f"wrappers[{i}] is {wrap!r}, not a callable env -> env")
-    if "env_fns" in manager_kwargs:
-        raise TypeError("make() got an unexpected keyword argument 'env_fns'")
-    layout = split_counts(num_envs, n_workers, envs_per_worker)
-    factory = _SpecEnvFactory(_resolve_spec(env_id), dict(env_kwargs or {}), wrapper_tuple)
-    return SubprocessEnvManager(factory, layout.n_groups, num_envs=num_envs, **manager_kwargs)
+    if n_workers is None:
+        n_workers = min(num_envs, os.cpu_count() or 1)
+    n_workers = _positive_int("n_workers", n_workers)
+    if n_workers > num_envs:
+        raise ValueError(
+            f"n_workers={n_workers} is more than num_envs={num_envs}: every worker needs an env"
+        )
+    manager_kwargs = _check_vector_kwargs(vector_kwargs)
+    wrapper_tuple = _check_wrappers(wrappers)
+    spec = _resolve_spec(env_id)
+    _check_env_kwargs(spec, env_kwargs)
+    mode = _vectorization_mode(vectorization_mode, spec, wrapper_tuple)
+    factory = _SpecEnvFactory(spec, dict(env_kwargs), wrapper_tuple)
+    if mode != "async":
+        manager_kwargs["vector_env_fn"] = _SpecVectorEnvFactory(
+            spec, mode, dict(env_kwargs), wrapper_tuple
+        )
+    if num_envs % n_workers == 0 and "vector_env_fn" not in manager_kwargs:
+        # An even split in the (n_workers, envs_per_worker) form every manager version takes.
+        return SubprocessEnvManager(factory, n_workers, num_envs // n_workers, **manager_kwargs)
+    # Uneven splits and vector modes: the manager splits num_envs over n_workers itself.
+    manager_kwargs["num_envs"] = num_envs
+    return SubprocessEnvManager(factory, n_workers, **manager_kwargs)

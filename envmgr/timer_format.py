@@ -16,8 +16,9 @@ an optional ``count``, ``self`` (seconds not covered by children), ``is_parallel
 
 Parallel nodes (``is_parallel``, worker trees merged into the parent) add up time that several
 processes spent concurrently, so a worker total can exceed its parent's wall time; the table
-marks them ``||``. The parent merges each worker's tree twice, under ``worker_root`` (all
-workers summed) and ``worker_<i>`` (worker ``i`` alone); time-summing views
+marks them ``||`` and gives their share of the worker's own wall time, never of the parent.
+The parent merges each worker's tree twice, under ``worker_root`` (all workers summed) and
+``worker_<i>`` (worker ``i`` alone); time-summing views
 (:func:`folded_stacks`, the icicle plot) skip ``worker_root`` when the ``worker_<i>`` nodes are
 present so nothing is counted twice.
 """
@@ -31,10 +32,11 @@ import statistics
 import sys
 from collections.abc import Mapping
 from os import PathLike
-from typing import Any
+from typing import Any, TypeGuard
 
 __all__ = [
     "TimerTreeError",
+    "TimerFileError",
     "check_tree",
     "load_tree",
     "format_tree",
@@ -44,16 +46,23 @@ __all__ = [
 ]
 
 _WORKER_RE = re.compile(r"worker_(\d+)")
+# Where a worker's (or Ray actor's) own tree is merged in: below such a node the times are that
+# process's clock, not the parent's.
+_PROCESS_ROOT_RE = re.compile(r"worker_root|worker_\d+|actor_\d+(@.*)?")
 
 
 class TimerTreeError(ValueError):
     """A file or object is not a readable timer tree; the message is a single line."""
 
 
+class TimerFileError(TimerTreeError):
+    """The file could not be read at all (missing, a directory, no permission, not UTF-8)."""
+
+
 # ------------------------------------------------------------------ reading and checking
 
 
-def _is_finite_number(x: object) -> bool:
+def _is_finite_number(x: object) -> TypeGuard[float]:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
@@ -67,9 +76,10 @@ def check_tree(tree: Any) -> dict[str, Any]:
         The tree as a dict (``tree`` itself when it already is one).
 
     Raises:
-        TimerTreeError: If some node is not a dict, lacks a finite numeric ``total``, has a
-            non-numeric ``count`` or ``self``, or has ``children`` that is not a dict. The
-            message names the offending node's path.
+        TimerTreeError: If some node is not a dict, lacks a finite, non-negative ``total``,
+            has a ``count`` that is not a non-negative number or a ``self`` that is not a
+            number, or has ``children`` that is not a dict. The message (one line) names the
+            offending node's path.
     """
     if hasattr(tree, "to_dict") and not isinstance(tree, Mapping):
         tree = tree.to_dict()
@@ -81,13 +91,18 @@ def check_tree(tree: Any) -> dict[str, Any]:
         if not isinstance(node, Mapping):
             raise TimerTreeError(f"node {path!r} is a {type(node).__name__}, not an object")
         total = node.get("total")
-        if not _is_finite_number(total):
+        if not _is_finite_number(total) or total < 0:
             what = "has no 'total'" if total is None else f"has total={total!r}"
-            raise TimerTreeError(f"node {path!r} {what}; a timer node needs a number of seconds")
+            raise TimerTreeError(
+                f"node {path!r} {what}; a timer node needs a finite, non-negative number of seconds"
+            )
         for key in ("count", "self"):
             value = node.get(key)
             if value is not None and not _is_finite_number(value):
                 raise TimerTreeError(f"node {path!r} has {key}={value!r}, not a number")
+        count = node.get("count")
+        if count is not None and count < 0:
+            raise TimerTreeError(f"node {path!r} has count={count!r}; a count cannot be negative")
         children = node.get("children")
         if children is None:
             continue
@@ -105,8 +120,8 @@ def load_tree(path: str | PathLike[str]) -> dict[str, Any]:
     """Reads and validates a ``timers.json`` (``"-"`` reads standard input).
 
     Raises:
-        TimerTreeError: With a one-line message if the file cannot be read, is not valid JSON
-            or is not a timer tree.
+        TimerFileError: With a one-line message if the file cannot be read.
+        TimerTreeError: With a one-line message if it is not valid JSON or not a timer tree.
     """
     name = str(path)
     try:
@@ -118,7 +133,7 @@ def load_tree(path: str | PathLike[str]) -> dict[str, Any]:
                 text = f.read()
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise TimerTreeError(f"cannot read {name}: {reason}") from None
+        raise TimerFileError(f"cannot read {name}: {reason}") from None
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -199,7 +214,10 @@ def format_tree(
 
     Columns: total seconds, call count, self seconds (total minus the children), share of the
     parent's total and mean time per call. Children are sorted by total, largest first.
-    Parallel nodes are marked ``||`` and explained in a legend below the table.
+    Parallel nodes are marked ``||`` and explained in a legend below the table; their share is
+    of the worker's own wall time (the ``worker_<i>``, ``worker_root`` or ``actor_<k>`` node
+    above them), because a worker's clock also runs while the parent is elsewhere: a share of
+    the parent could exceed 100%. Those worker nodes themselves get no share.
 
     Args:
         tree: A node dict as produced by ``get_timer_tree()`` or read from a ``timers.json``
@@ -230,12 +248,13 @@ def format_tree(
     any_cut = False
 
     # Explicit stack (deep trees must not hit the recursion limit): (name, node, depth,
-    # parent total, parent is parallel); an entry with node None is a "folded" summary line.
-    stack: list[tuple[str, Any, int, float | None]] = [
-        (str(tree.get("name", "root")), tree, 0, None)
+    # what the node's share is taken of, whether the parent is parallel); an entry with node
+    # None is a "folded" summary line.
+    stack: list[tuple[str, Any, int, float | None, bool]] = [
+        (str(tree.get("name", "root")), tree, 0, None, False)
     ]
     while stack:
-        name, node, depth, parent_total = stack.pop()
+        name, node, depth, of_total, parent_parallel = stack.pop()
         indent = "  " * depth
         if node is None:  # a summary of children folded by min_share
             rows.append((indent + name, "", "", "", "", ""))
@@ -243,6 +262,11 @@ def format_tree(
         total, count = _total(node), _count(node)
         parallel = bool(node.get("is_parallel"))
         any_parallel |= parallel
+        # A worker's tree merged here: its total is on the worker's clock, so it has no share
+        # of the parent, and everything below is a share of it (the worker's wall time).
+        process_root = parallel and (not parent_parallel or bool(_PROCESS_ROOT_RE.fullmatch(name)))
+        if process_root:
+            of_total = None
         kids = sorted(_children(node).items(), key=lambda kv: -_total(kv[1]))
         if not show_empty:
             shown = [(k, v) for k, v in kids if _count(v) or _total(v)]
@@ -253,7 +277,7 @@ def format_tree(
             label += f" [+{len(kids)}]"
             any_cut = True
             kids = []
-        share = f"{100.0 * total / parent_total:.1f}%" if parent_total else ""
+        share = f"{100.0 * total / of_total:.1f}%" if of_total else ""
         rows.append(
             (
                 label,
@@ -269,11 +293,15 @@ def format_tree(
             cutoff = min_share * total
             folded = [(k, v) for k, v in kids if _total(v) < cutoff]
             kids = [(k, v) for k, v in kids if _total(v) >= cutoff]
-        todo: list[tuple[str, Any, int, float | None]] = [(k, v, depth + 1, total) for k, v in kids]
+        # Children of a parallel node share the worker's clock; others take the parent's total.
+        of_kids = (total if process_root else of_total) if parallel else total
+        todo: list[tuple[str, Any, int, float | None, bool]] = [
+            (k, v, depth + 1, of_kids, parallel) for k, v in kids
+        ]
         if folded:
             small = sum(_total(v) for _, v in folded)
             what = f"({len(folded)} below {100 * (min_share or 0):g}%: {_short_seconds(small)})"
-            todo.append((what, None, depth + 1, None))
+            todo.append((what, None, depth + 1, None, parallel))
         stack.extend(reversed(todo))
 
     width = min(max(len("name"), *(len(r[0]) for r in rows)), 72)
@@ -293,11 +321,12 @@ def format_tree(
             "|| = parallel: merged from worker processes that ran at the same time. Their times"
         )
         lines.append(
-            "     are summed over the workers, so a total (and %parent) can exceed the parent's"
+            "     are summed over the workers, so a total can exceed the parent's wall time;"
         )
         lines.append(
-            "     wall time. worker_root = all workers together, worker_<i> = worker i alone."
+            "     their % is of the worker's own wall time (the worker_<i> / worker_root row)."
         )
+        lines.append("     worker_root = all workers together, worker_<i> = worker i alone.")
     if any_cut:
         lines.append("[+N] = N child timers below the depth limit")
     if hidden_empty:

@@ -1,24 +1,61 @@
-"""Checks on a batch of actions, done in the parent before anything is sent.
+"""Checks on the manager's input, done in the parent before anything reaches a worker.
 
-A bad action caught here names the env and worker it was meant for and what
-was expected; caught in a worker it would surface as an env-specific assertion,
-or not at all (a float fed to a Discrete env may be silently truncated).
-The checks are compiled once per manager into one small function per leaf of
-the action space, so the hot path is a few numpy reductions.
+* :class:`ActionChecker` - a batch of actions against the action space, in one of three
+  modes (``check_actions=``):
+
+  - ``"safe"`` (the default): only what is needed to place the actions in the batch
+    arrays without changing them - the structure (dict keys, tuple length), the shape
+    ``(num_envs,) + space.shape``, and a dtype whose values survive the cast to the
+    space's dtype (``2.0`` for a ``Discrete`` is fine, ``2.5`` or ``nan`` is not). Values
+    are *not* checked against the space: a Box action outside its bounds or a Discrete
+    value outside ``range(n)`` reaches the env, as with ``AsyncVectorEnv`` (Pendulum
+    clips its torque; CartPole asserts). A wrong number of actions raises ``ValueError``
+    and a single value where a batch belongs raises ``TypeError``, the types
+    ``AsyncVectorEnv`` raises for those mistakes.
+  - ``"strict"``: everything ``space.contains`` would check, per env, with the env and
+    its worker named: bounds, Discrete ranges, NaN/inf, exact dict keys. A debugging aid.
+  - ``"off"``: nothing; a malformed batch fails wherever numpy or the env notices.
+
+  Every check is compiled once per manager into one small function per leaf of the
+  space, so the per-step cost of ``"safe"`` is a shape comparison and a dtype lookup
+  for the usual integer or float batch.
+* :func:`check_env_fns` - env factories, refusing an env instance with a hint.
+* :func:`reset_arguments`, :func:`whole_groups` - ``reset`` and ``send`` arguments.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
-__all__ = ["ActionChecker", "reset_arguments", "whole_groups"]
+__all__ = [
+    "ACTION_CHECK_MODES",
+    "ActionChecker",
+    "check_env_fns",
+    "reset_arguments",
+    "whole_groups",
+]
+
+ACTION_CHECK_MODES = ("safe", "strict", "off")
 
 _LeafCheck = Callable[[Any, str], None]
 _UNSIGNED = {k: np.dtype(f"u{k}") for k in (1, 2, 4, 8)}
+
+
+def _check_mode(mode: Any) -> str:
+    """``mode`` as one of :data:`ACTION_CHECK_MODES`; ``True``/``False`` are the old flag."""
+    if mode is True:
+        return "safe"
+    if mode is False:
+        return "off"
+    if mode not in ACTION_CHECK_MODES:
+        raise ValueError(
+            f"check_actions must be one of {', '.join(map(repr, ACTION_CHECK_MODES))}, got {mode!r}"
+        )
+    return str(mode)
 
 
 class ActionChecker:
@@ -27,22 +64,57 @@ class ActionChecker:
     Args:
         space: The single-env action space.
         num_envs: Batch size.
-        envs_per_worker: Used to name the worker in messages.
+        where: ``where(global_env_index)`` names the env and its worker in messages, e.g.
+            ``"env 9 (worker 1)"``. An int is taken as envs per worker (the call made before
+            ``where`` existed), and then ``mode`` defaults to ``"strict"``, which is what
+            that call meant.
+        mode: ``"safe"`` (default), ``"strict"`` or ``"off"``; see the module docstring.
+            ``True``/``False`` (the old ``check_actions`` flag) mean ``"safe"``/``"off"``.
+
+    Raises:
+        ValueError: If ``mode`` is not one of the above.
     """
 
-    def __init__(self, space: gym.Space[Any], num_envs: int, envs_per_worker: int) -> None:
+    def __init__(
+        self,
+        space: gym.Space[Any],
+        num_envs: int,
+        where: Callable[[int], str] | int,
+        mode: str | bool | None = None,
+    ) -> None:
+        name: Callable[[int], str]
+        if isinstance(where, int):
+            per_worker = where
+            mode = "strict" if mode is None else mode
+
+            def by_worker(i: int) -> str:
+                return f"env {i} (worker {i // per_worker})"
+
+            name = by_worker
+
+        else:
+            name = where
         self.space = space
         self.num_envs = num_envs
-        self.envs_per_worker = envs_per_worker
-        self._check = self._compile(space, "actions")
+        self.mode = _check_mode("safe" if mode is None else mode)
+        self._name = name
+        self._env_ids: Any = None
+        self._check: _LeafCheck = (
+            _nothing if self.mode == "off" else self._compile(space, "actions")
+        )
 
     def check(self, actions: Any, env_ids: Any = None) -> None:
-        """Raise ``ValueError`` naming the env if ``actions`` does not fit the batched space.
+        """Raise if ``actions`` cannot be (or, when strict, should not be) sent to the envs.
 
         Args:
             actions: The batch.
             env_ids: Global env index of each row, when the batch is a subset of
                 the envs (``send``); messages name those envs.
+
+        Raises:
+            TypeError: A single value (or ``None``) where a batch of actions belongs.
+            ValueError: Anything else, naming the path in the space (``actions['aim']``),
+                and the env and worker where a single action is to blame.
         """
         self._env_ids = env_ids
         try:
@@ -52,37 +124,19 @@ class ActionChecker:
 
     # ------------------------------------------------------------------ compile
 
-    _env_ids: Any = None
+    @property
+    def _strict(self) -> bool:
+        return self.mode == "strict"
 
-    def _where(self, flat_index: int) -> str:
-        if self._env_ids is not None:
-            flat_index = int(self._env_ids[flat_index])
-        return f"env {flat_index} (worker {flat_index // self.envs_per_worker})"
+    def _where(self, row: int) -> str:
+        index = int(self._env_ids[row]) if self._env_ids is not None else row
+        return self._name(index)
 
     def _compile(self, space: gym.Space[Any], path: str) -> _LeafCheck:
         if isinstance(space, gym.spaces.Dict):
-            parts = {k: self._compile(s, f"{path}[{k!r}]") for k, s in space.spaces.items()}
-
-            def check_dict(x: Any, p: str) -> None:
-                if not isinstance(x, dict) or x.keys() != parts.keys():
-                    keys = sorted(x) if isinstance(x, dict) else type(x).__name__
-                    raise ValueError(f"{p} must be a dict with keys {sorted(parts)}, got {keys}")
-                for k, c in parts.items():
-                    c(x[k], f"{p}[{k!r}]")
-
-            return check_dict
+            return self._dict_node(space, path)
         if isinstance(space, gym.spaces.Tuple):
-            items = [self._compile(s, f"{path}[{i}]") for i, s in enumerate(space.spaces)]
-
-            def check_tuple(x: Any, p: str) -> None:
-                if not isinstance(x, (tuple, list)) or len(x) != len(items):
-                    raise ValueError(
-                        f"{p} must be a tuple of {len(items)} batches, got {type(x).__name__}"
-                    )
-                for i, (c, v) in enumerate(zip(items, x, strict=True)):
-                    c(v, f"{p}[{i}]")
-
-            return check_tuple
+            return self._tuple_node(space, path)
         if isinstance(space, gym.spaces.Discrete):
             return self._integer_leaf(space, (), int(space.start), int(space.start + space.n) - 1)
         if isinstance(space, gym.spaces.MultiDiscrete):
@@ -91,16 +145,54 @@ class ActionChecker:
             return self._integer_leaf(space, space.shape, 0, 1)
         if isinstance(space, gym.spaces.Box):
             return self._box_leaf(space)
-        # Text, Graph, Sequence, custom: no batch array to check cheaply; let
-        # gymnasium's own membership test speak per env.
+        # Text, Graph, Sequence, custom: no batch array to check cheaply; they travel
+        # pickled, so only the count matters for placing them.
         return self._generic_leaf(space)
 
-    def _shape_array(
+    def _dict_node(self, space: gym.spaces.Dict, path: str) -> _LeafCheck:
+        parts = {k: self._compile(s, f"{path}[{k!r}]") for k, s in space.spaces.items()}
+        keys = parts.keys()
+        strict = self._strict
+
+        def check_dict(x: Any, p: str) -> None:
+            # Extra keys are harmless to placing the batch (AsyncVectorEnv ignores them too);
+            # strict mode reports them, as space.contains would.
+            if not isinstance(x, Mapping) or (x.keys() != keys if strict else keys - x.keys()):
+                got = sorted(map(str, x)) if isinstance(x, Mapping) else type(x).__name__
+                raise ValueError(f"{p} must be a dict with keys {sorted(keys)}, got {got}")
+            for k, c in parts.items():
+                c(x[k], f"{p}[{k!r}]")
+
+        return check_dict
+
+    def _tuple_node(self, space: gym.spaces.Tuple, path: str) -> _LeafCheck:
+        items = [self._compile(s, f"{path}[{i}]") for i, s in enumerate(space.spaces)]
+
+        def check_tuple(x: Any, p: str) -> None:
+            if not isinstance(x, (tuple, list)) or len(x) != len(items):
+                got = f"{len(x)} items" if isinstance(x, (tuple, list)) else type(x).__name__
+                raise ValueError(f"{p} must be a tuple of {len(items)} batches, got {got}")
+            for i, (c, v) in enumerate(zip(items, x, strict=True)):
+                c(v, f"{p}[{i}]")
+
+        return check_tuple
+
+    def _batch_array(
         self, x: Any, p: str, shape: tuple[int, ...], space: gym.Space[Any]
     ) -> np.ndarray:
-        a = np.asarray(x)
+        """``x`` as an array of shape ``(num_envs,) + shape``, or the error AsyncVectorEnv's
+        type would be: ``TypeError`` for a single value, ``ValueError`` for a wrong count."""
+        try:
+            a = x if type(x) is np.ndarray else np.asarray(x)
+        except ValueError as exc:  # ragged nested lists
+            raise ValueError(f"{p} is not a rectangular batch: {exc}") from None
         expected = (self.num_envs, *shape)
         if a.shape != expected:
+            if a.ndim == 0:
+                raise TypeError(
+                    f"{p} is a single value ({a.tolist()!r}), not a batch: expected an array of "
+                    f"shape {expected}, one action per env (num_envs={self.num_envs})"
+                )
             raise ValueError(
                 f"{p} has shape {a.shape}, expected {expected} = (num_envs,) + shape of {space}"
             )
@@ -110,15 +202,61 @@ class ActionChecker:
         flat = np.flatnonzero(bad.reshape(self.num_envs, -1).any(axis=1))
         return int(flat[0])
 
+    def _castable(self, space: gym.Space[Any], shape: tuple[int, ...]) -> _LeafCheck:
+        """Safe mode's leaf: right shape, and values the space's dtype holds unchanged."""
+        target = np.dtype(space.dtype)
+        if target.kind == "f":
+
+            def check_float(x: Any, p: str) -> None:
+                a = self._batch_array(x, p, shape, space)
+                if a.dtype.kind not in "biuf":
+                    raise ValueError(f"{p} has dtype {a.dtype}, expected numbers for {space}")
+
+            return check_float
+        info = np.iinfo(target)
+        exact: dict[np.dtype[Any], bool] = {}  # source dtype -> every value fits the target
+
+        def check_int(x: Any, p: str) -> None:
+            a = self._batch_array(x, p, shape, space)
+            fits = exact.get(a.dtype)
+            if fits:
+                return
+            if fits is None:
+                if a.dtype.kind not in "biuf":
+                    raise ValueError(f"{p} has dtype {a.dtype}, expected integers for {space}")
+                fits = exact[a.dtype] = bool(np.can_cast(a.dtype, target))
+                if fits:
+                    return
+            if not a.size:
+                return
+            if a.dtype.kind == "f":
+                # Written into an integer array, 2.5 would become 2 and NaN garbage.
+                with np.errstate(invalid="ignore"):
+                    bad = ~np.isfinite(a) | (a != np.round(a)) | (a < info.min) | (a > info.max)
+            elif a.min() >= info.min and a.max() <= info.max:
+                return
+            else:
+                bad = (a < info.min) | (a > info.max)
+            if bad.any():
+                i = self._first_bad(bad)
+                raise ValueError(
+                    f"{p} has dtype {a.dtype}: the action for {self._where(i)} is "
+                    f"{a[i].tolist()}, which {space} (dtype {target}) cannot hold unchanged"
+                )
+
+        return check_int
+
     def _integer_leaf(
         self, space: gym.Space[Any], shape: tuple[int, ...], low: Any, high: Any
     ) -> _LeafCheck:
+        if not self._strict:
+            return self._castable(space, shape)
         lo, hi = np.asarray(low), np.asarray(high)
         scalar = lo.ndim == 0 and hi.ndim == 0
         span = int(hi - lo) if scalar else 0
 
         def check(x: Any, p: str) -> None:
-            a = self._shape_array(x, p, shape, space)
+            a = self._batch_array(x, p, shape, space)
             if a.dtype.kind not in "iub":
                 where = ""
                 if a.dtype.kind == "f" and a.size:
@@ -151,12 +289,14 @@ class ActionChecker:
         return check
 
     def _box_leaf(self, space: gym.spaces.Box) -> _LeafCheck:
+        if not self._strict:
+            return self._castable(space, space.shape)
         lo, hi = space.low, space.high
         bounded = bool(np.any(np.isfinite(lo)) or np.any(np.isfinite(hi)))
         is_float = np.issubdtype(space.dtype, np.floating)
 
         def check(x: Any, p: str) -> None:
-            a = self._shape_array(x, p, space.shape, space)
+            a = self._batch_array(x, p, space.shape, space)
             if a.dtype.kind not in "iufb":
                 raise ValueError(f"{p} has dtype {a.dtype}, expected numbers for {space}")
             if not is_float and a.dtype.kind == "f":
@@ -179,23 +319,98 @@ class ActionChecker:
                     i = self._first_bad(bad)
                     raise ValueError(
                         f"{p}: the action for {self._where(i)} is {a[i].tolist()}, outside {space} "
-                        "(clip actions to the bounds, or pass check_actions=False)"
+                        "(clip actions to the bounds, or use check_actions='safe', which lets "
+                        "the env decide)"
                     )
 
         return check
 
     def _generic_leaf(self, space: gym.Space[Any]) -> _LeafCheck:
+        strict = self._strict
+
         def check(x: Any, p: str) -> None:
-            items = list(x)
+            try:
+                items = x if isinstance(x, (tuple, list)) else list(x)
+            except TypeError:
+                raise TypeError(
+                    f"{p} is a single {type(x).__name__}, not a batch: expected one action "
+                    f"per env (num_envs={self.num_envs})"
+                ) from None
             if len(items) != self.num_envs:
                 raise ValueError(f"{p} has {len(items)} entries, expected num_envs={self.num_envs}")
-            for i, item in enumerate(items):
-                if not space.contains(item):
-                    raise ValueError(
-                        f"{p}: the action for {self._where(i)} is {item!r}, outside {space}"
-                    )
+            if strict:
+                for i, item in enumerate(items):
+                    if not space.contains(item):
+                        raise ValueError(
+                            f"{p}: the action for {self._where(i)} is {item!r}, outside {space}"
+                        )
 
         return check
+
+
+def _nothing(x: Any, p: str) -> None:
+    """The ``"off"`` mode's check."""
+
+
+EnvFactory = Callable[[], gym.Env[Any, Any]]
+
+
+def _factory_hint(obj: Any) -> str:
+    """A factory expression that would build ``obj``, for messages."""
+    spec = getattr(obj, "spec", None)
+    env_id = getattr(spec, "id", None)
+    if isinstance(obj, str):
+        env_id = obj
+    if env_id:
+        return f"lambda: gym.make({env_id!r})"
+    unwrapped = getattr(obj, "unwrapped", obj)
+    return f"lambda: {type(unwrapped).__name__}(...)"
+
+
+def _not_a_factory(name: str, obj: Any) -> TypeError:
+    if isinstance(obj, (gym.Env, gym.vector.VectorEnv)):
+        what = f"an env instance ({obj})"
+    elif isinstance(obj, str):
+        what = f"the string {obj!r}"
+    else:
+        return TypeError(f"{name} is {obj!r}, not a zero-argument callable that returns an env")
+    return TypeError(
+        f"{name} is {what}, not an env factory: pass a function that builds the env, e.g. "
+        f"{_factory_hint(obj)}, so that each worker process builds its own"
+        + (" (or envmgr.make(id, num_envs=...))" if isinstance(obj, str) else "")
+    )
+
+
+def check_env_fns(env_fns: Any) -> EnvFactory | list[EnvFactory]:
+    """Check the manager's ``env_fns`` argument; return it as a factory or a list of them.
+
+    A factory is a zero-argument callable returning an env (``lambda: gym.make(...)``, an env
+    class, a ``functools.partial``). An env *instance* cannot be shipped to a worker and
+    stepped there, so it is refused with a hint rather than failing later as
+    ``'TimeLimit' object is not iterable``. The result is a list when ``env_fns`` is a
+    sequence (an iterator is read once, here), the factory itself otherwise.
+
+    Raises:
+        TypeError: ``env_fns``, or one of its items, is not callable (an env instance, an
+            env id string, ...); the message says what to pass instead.
+        ValueError: An empty sequence.
+    """
+    if isinstance(env_fns, (gym.Env, gym.vector.VectorEnv, str)):
+        raise _not_a_factory("env_fns", env_fns)
+    if callable(env_fns):
+        return env_fns  # type: ignore[no-any-return]
+    if not isinstance(env_fns, Iterable):
+        raise TypeError(
+            "env_fns must be a zero-argument env factory or a sequence of them, "
+            f"got {type(env_fns).__name__} {env_fns!r}"
+        )
+    fns = list(env_fns)
+    if not fns:
+        raise ValueError("env_fns is an empty sequence: need at least one env factory")
+    for i, fn in enumerate(fns):
+        if not callable(fn) or isinstance(fn, (gym.Env, gym.vector.VectorEnv)):
+            raise _not_a_factory(f"env_fns[{i}]", fn)
+    return fns
 
 
 def reset_arguments(

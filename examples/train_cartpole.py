@@ -44,7 +44,7 @@ n_elite = max(2, int(pop_size * ELITE_FRAC))
 mean, std = np.zeros(5), np.ones(5)  # search distribution over (w0..w3, b)
 timers.reset_timers()
 start = time.perf_counter()
-with make("CartPole-v1", num_envs, args.workers, envs_per_worker=args.envs_per_worker) as envs:
+with make("CartPole-v1", num_envs, n_workers=args.workers) as envs:
     obs, _ = envs.reset(seed=args.seed)
     params = mean + std * rng.standard_normal((num_envs, 5))  # one candidate per env
     ep_return = np.zeros(num_envs)

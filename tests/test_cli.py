@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -36,15 +37,22 @@ def assert_ok(proc: subprocess.CompletedProcess[str]) -> None:
     assert "Traceback" not in proc.stderr
 
 
-def assert_one_line_error(proc: subprocess.CompletedProcess[str], *fragments: str) -> None:
-    assert proc.returncode == 1, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+def assert_one_line_error(
+    proc: subprocess.CompletedProcess[str], *fragments: str, code: int = 1, prog: str = "envmgr"
+) -> None:
+    assert proc.returncode == code, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
     assert "Traceback" not in proc.stderr
     assert proc.stdout == ""
     lines = proc.stderr.splitlines()
     assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith("envmgr: error: ")
+    assert lines[0].startswith(f"{prog}: error: "), lines[0]
     for fragment in fragments:
-        assert fragment in lines[0]
+        assert fragment in lines[0], lines[0]
+
+
+def assert_usage_error(proc: subprocess.CompletedProcess[str], prog: str, *fragments: str) -> None:
+    """Exit code 2 and one line: '<prog>: error: <what> (see '<prog> --help')'."""
+    assert_one_line_error(proc, *fragments, f"(see '{prog} --help')", code=2, prog=prog)
 
 
 # ------------------------------------------------------------------ timers commands
@@ -121,35 +129,45 @@ def test_timers_reads_stdin() -> None:
     assert proc.stdout == folded_stacks(load_tree(MLAGENTS))
 
 
-# ------------------------------------------------------------------ bad files -> exit 1
+# ------------------------------------------------------------------ bad files -> exit 1 or 2
 
 
 @pytest.fixture
-def bad_files(tmp_path: Path) -> dict[str, tuple[Path, str]]:
+def bad_files(tmp_path: Path) -> dict[str, tuple[Path, str, int]]:
+    """name -> (path, message, exit code): unreadable is a usage error, unusable content 1."""
     invalid = tmp_path / "invalid.json"
     invalid.write_text('{"total": 1,')
     not_tree = tmp_path / "list.json"
     not_tree.write_text(json.dumps([{"total": 1}]))
     no_total = tmp_path / "no_total.json"
     no_total.write_text(json.dumps({"name": "root", "children": {"a": {"count": 1}}}))
+    negative = tmp_path / "negative.json"
+    negative.write_text(
+        json.dumps({"name": "root", "total": 1.0, "children": {"a": {"total": -389.7}}})
+    )
     return {
-        "missing": (tmp_path / "missing.json", "No such file or directory"),
-        "invalid": (invalid, "is not valid JSON"),
-        "not_tree": (not_tree, "is not a timer tree"),
-        "no_total": (no_total, "is not a timer tree"),
+        "missing": (tmp_path / "missing.json", "cannot read", 2),
+        "directory": (tmp_path, "Is a directory", 2),
+        "invalid": (invalid, "is not valid JSON", 1),
+        "not_tree": (not_tree, "is not a timer tree", 1),
+        "no_total": (no_total, "is not a timer tree", 1),
+        "negative": (negative, "node 'root/a' has total=-389.7", 1),
     }
 
 
 @pytest.mark.parametrize("action", ["show", "fold", "plot", "workers"])
-def test_bad_files_exit_1_with_one_line(
-    action: str, bad_files: dict[str, tuple[Path, str]], tmp_path: Path
+def test_bad_files_are_one_line_errors(
+    action: str, bad_files: dict[str, tuple[Path, str, int]], tmp_path: Path
 ) -> None:
     extra = ["-o", str(tmp_path / "out.png")] if action == "plot" else []
     cases = list(bad_files.values())
     with ThreadPoolExecutor(2) as pool:  # the interpreters start faster side by side
         procs = list(pool.map(lambda case: envmgr("timers", action, case[0], *extra), cases))
-    for (path, message), proc in zip(cases, procs, strict=True):
-        assert_one_line_error(proc, str(path), message)
+    for (path, message, code), proc in zip(cases, procs, strict=True):
+        if code == 2:
+            assert_usage_error(proc, f"envmgr timers {action}", str(path), message)
+        else:
+            assert_one_line_error(proc, str(path), message)
     assert not (tmp_path / "out.png").exists()
 
 
@@ -190,49 +208,83 @@ def test_help_describes_each_timers_action() -> None:
 
 
 @pytest.mark.parametrize(
-    "args",
+    ("args", "prog", "message"),
     [
-        [],
-        ["timers"],
-        ["timers", "show"],  # FILE missing
-        ["timers", "plot", str(ENVMGR)],  # -o missing
-        ["timers", "show", str(ENVMGR), "--depth", "-1"],
-        ["timers", "show", str(ENVMGR), "--min-share", "5"],
-        ["timers", "frobnicate", str(ENVMGR)],
-        ["timers", "show", str(ENVMGR), "--bogus"],
+        ([], "envmgr", "choose one of: demo, timers, bench"),
+        (["frobnicate"], "envmgr", "invalid choice: 'frobnicate'"),
+        (["timers"], "envmgr timers", "choose one of: show, fold, plot, workers"),
+        (["timers", "show"], "envmgr timers show", "the following arguments are required: FILE"),
+        (["timers", "plot", str(ENVMGR)], "envmgr timers plot", "required: -o/--output"),
+        (["timers", "show", str(ENVMGR), "--depth", "-1"], "envmgr timers show", "must be >= 0"),
+        (["timers", "show", str(ENVMGR), "--min-share", "5"], "envmgr timers show", "[0, 1)"),
+        (["timers", "frobnicate", str(ENVMGR)], "envmgr timers", "invalid choice"),
+        (["timers", "show", str(ENVMGR), "--bogus"], "envmgr timers show", "unrecognized"),
+        (["demo", "--workers", "0"], "envmgr demo", "argument --workers: must be >= 1, got 0"),
+        (["demo", "--workers", "two"], "envmgr demo", "expected a whole number, got 'two'"),
+        (["demo", "--envs-per-worker", "-3"], "envmgr demo", "--envs-per-worker: must be >= 1"),
+        (["demo", "--seconds", "-1"], "envmgr demo", "--seconds: must be a number of seconds > 0"),
+        (["demo", "--seconds", "0"], "envmgr demo", "must be a number of seconds > 0, got 0"),
+        (["demo", "--seconds", "nan"], "envmgr demo", "must be a number of seconds > 0, got nan"),
+        (["demo", "--env", "NoSuchEnv-v0"], "envmgr demo", "--env NoSuchEnv-v0: Environment"),
+        (["demo", "--env", "no_such_module_x:Env-v0"], "envmgr demo", "No module named"),
+        (["demo", "--json", "/no/such/dir/t.json"], "envmgr demo", "no such directory /no/such"),
     ],
 )
-def test_usage_errors_exit_2(args: list[str]) -> None:
-    proc = envmgr(*args)
-    assert proc.returncode == 2, proc.stderr
-    assert "usage:" in proc.stderr
-    assert "Traceback" not in proc.stderr
+def test_usage_errors_are_one_line_with_exit_code_2(
+    args: list[str], prog: str, message: str
+) -> None:
+    assert_usage_error(envmgr(*args), prog, message)
 
 
-def test_bench_runs_the_suite_and_writes_json(tmp_path: Path) -> None:
-    out = tmp_path / "bench.json"
+SUITE = Path(__file__).resolve().parent.parent / "benchmarks" / "throughput.py"
+needs_suite_options = pytest.mark.skipif(
+    "--prog" not in SUITE.read_text(),
+    reason="benchmarks/throughput.py has no --prog / --out DIR options yet (benchmark branch)",
+)
+
+
+def test_bench_names_itself_and_writes_to_the_current_directory() -> None:
+    from envmgr.cli import BENCH_PROG, _bench_argv
+
+    assert BENCH_PROG == "envmgr bench"
+    assert _bench_argv(["--quick"]) == ["--prog", "envmgr bench", "--quick", "--out", os.getcwd()]
+    assert _bench_argv(["--out", "x"]) == ["--prog", "envmgr bench", "--out", "x"]
+    assert _bench_argv(["--out=x"]) == ["--prog", "envmgr bench", "--out=x"]
+
+
+@needs_suite_options
+def test_bench_runs_the_suite_in_the_current_directory(tmp_path: Path) -> None:
+    results = SUITE.parent / "results"
+    before = {p: p.stat().st_mtime_ns for p in results.iterdir()}
     proc = envmgr(
         "bench", "--envs", "noop", "--n-envs", "4", "--impls", "serial,envmgr",
         "--repeats", "1", "--seconds", "0.2", "--warmup", "0.1", "--skip-extras",
-        "--no-plot", "--out", out, timeout=120,
+        "--no-plot", cwd=tmp_path, timeout=120,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "| noop | 4 |" in proc.stdout
-    result = json.loads(out.read_text())
-    config = result["configs"][0] if "configs" in result else result
-    assert "envmgr" in json.dumps(config)
+    written = list(tmp_path.rglob("*.json"))
+    assert written, f"no JSON written under {tmp_path}"
+    assert "envmgr" in written[0].read_text()
+    # Nothing written into the checkout.
+    assert {p: p.stat().st_mtime_ns for p in results.iterdir()} == before
 
 
-def test_bench_passes_help_to_the_suite() -> None:
+@needs_suite_options
+def test_bench_help_calls_itself_envmgr_bench() -> None:
     proc = envmgr("bench", "--help-suite")
     assert proc.returncode == 0
+    assert proc.stdout.startswith("usage: envmgr bench")
     assert "--n-envs" in proc.stdout
+    assert "--prog" not in proc.stdout  # hidden
 
 
+@needs_suite_options
 def test_bench_bad_suite_argument_is_a_usage_error() -> None:
     proc = envmgr("bench", "--no-such-flag")
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
+    assert "envmgr bench" in proc.stderr
 
 
 # ------------------------------------------------------------------ demo

@@ -1,4 +1,7 @@
-"""envmgr.make: registered env ids -> SubprocessEnvManager, like gymnasium.make_vec.
+"""envmgr.make: registered env ids -> SubprocessEnvManager, with gymnasium.make_vec's arguments.
+
+Uneven splits and the vector modes need the manager's num_envs= / vector_env_fn= arguments;
+their tests are in test_make_vec.py.
 
 The user-registered envs here are registered at run time, inside the test, so a worker
 started with spawn or forkserver cannot find them in its own registry: they work only
@@ -65,7 +68,7 @@ def user_env_id(request: pytest.FixtureRequest) -> Iterator[str]:
 
 
 def test_cartpole_under_each_start_method(start_method: str) -> None:
-    with make("CartPole-v1", 4, 2, context=start_method) as envs:
+    with make("CartPole-v1", 4, n_workers=2, vector_kwargs={"context": start_method}) as envs:
         assert isinstance(envs, SubprocessEnvManager)
         assert (envs.num_envs, envs.n_workers, envs.envs_per_worker) == (4, 2, 2)
         assert envs.context == start_method
@@ -88,7 +91,9 @@ def test_cartpole_under_each_start_method(start_method: str) -> None:
 
 @pytest.mark.parametrize("context", SPAWNING)
 def test_user_registered_env_without_the_workers_registry(user_env_id: str, context: str) -> None:
-    with make(user_env_id, 4, 2, env_kwargs={"size": 3, "reward": 2.5}, context=context) as envs:
+    with make(
+        user_env_id, 4, n_workers=2, size=3, reward=2.5, vector_kwargs={"context": context}
+    ) as envs:
         assert envs.single_observation_space.shape == (3,)  # kwargs override the spec's size=2
         obs, _ = envs.reset(seed=0)
         np.testing.assert_array_equal(obs, np.zeros((4, 3)))
@@ -100,8 +105,17 @@ def test_user_registered_env_without_the_workers_registry(user_env_id: str, cont
         assert envs.spec.kwargs == {"size": 3, "reward": 2.5}
 
 
+def test_the_issue_example_env_kwargs_go_to_the_env() -> None:
+    # make("Pendulum-v1", num_envs=4, n_workers=2, g=9.0) used to fail with
+    # "SubprocessEnvManager.__init__() got an unexpected keyword argument 'g'".
+    with make("Pendulum-v1", num_envs=4, n_workers=2, g=9.0) as envs:
+        assert (envs.num_envs, envs.n_workers) == (4, 2)
+        assert envs.get_attr("g") == (9.0,) * 4
+        assert envs.spec is not None and envs.spec.kwargs["g"] == 9.0
+
+
 def test_env_kwargs_include_make_arguments() -> None:
-    with make("CartPole-v1", 2, 1, env_kwargs={"max_episode_steps": 4}, context="fork") as envs:
+    with make("CartPole-v1", 2, n_workers=1, max_episode_steps=4) as envs:
         envs.reset(seed=0)
         truncated = [envs.step(np.array([0, 1]))[3] for _ in range(4)]
     assert not truncated[2].any() and truncated[3].all()
@@ -112,19 +126,30 @@ def test_wrappers_apply_in_order_and_may_be_lambdas() -> None:
         lambda env: gym.wrappers.TransformReward(env, lambda r: r * 10.0),
         lambda env: gym.wrappers.TransformReward(env, lambda r: r + 1.0),
     ]
-    with make("CartPole-v1", 2, 2, wrappers=wrappers, context="forkserver") as envs:
+    with make(
+        "CartPole-v1", 2, n_workers=2, wrappers=wrappers, vector_kwargs={"context": "forkserver"}
+    ) as envs:
         envs.reset(seed=0)
         _, rewards, *_ = envs.step(np.array([0, 1]))
     np.testing.assert_array_equal(rewards, [11.0, 11.0])  # (1 * 10) + 1, not (1 + 1) * 10
 
 
-def test_default_split_uses_a_divisor_of_num_envs() -> None:
-    with make("CartPole-v1", 6, context="fork") as envs:
-        cores = os.cpu_count() or 1
-        assert envs.n_workers * envs.envs_per_worker == 6
-        assert envs.n_workers == max(d for d in range(1, min(cores, 6) + 1) if 6 % d == 0)
-    with make("CartPole-v1", 4, envs_per_worker=2, context="fork") as envs:
-        assert (envs.n_workers, envs.envs_per_worker) == (2, 2)
+def test_defaults_one_env_and_one_worker_per_core() -> None:
+    cores = os.cpu_count() or 1
+    with make("CartPole-v1") as envs:  # num_envs=1, as in make_vec
+        assert (envs.num_envs, envs.n_workers) == (1, 1)
+    with make("CartPole-v1", 2) as envs:  # an even split on any machine
+        assert (envs.num_envs, envs.n_workers) == (2, min(2, cores))
+
+
+def test_manager_options_go_in_vector_kwargs() -> None:
+    options = {"context": "fork", "copy": False, "autoreset_mode": "SameStep"}
+    with make("CartPole-v1", 2, n_workers=1, vector_kwargs=options) as envs:
+        assert envs.context == "fork"
+        assert str(envs.metadata["autoreset_mode"].value) == "SameStep"
+        obs, _ = envs.reset(seed=0)
+        after, *_ = envs.step(np.zeros(2, dtype=np.int64))
+        assert np.shares_memory(obs, after)  # copy=False: views of the same shared memory
 
 
 def test_env_registered_in_main_script(tmp_path: Path) -> None:
@@ -157,7 +182,8 @@ def test_env_registered_in_main_script(tmp_path: Path) -> None:
             if context not in mp.get_all_start_methods():
                 continue
             for env_id in ("MainClass-v0", "MainString-v0"):
-                with make(env_id, 4, 2, env_kwargs={"fill": 3.0}, context=context) as envs:
+                options = {"context": context}
+                with make(env_id, 4, n_workers=2, fill=3.0, vector_kwargs=options) as envs:
                     envs.reset(seed=0)
                     obs, rew, *_ = envs.step(np.array([0, 1, 1, 0]))
                     print(context, env_id, obs[:, 0].tolist(), rew.tolist(), envs.spec.entry_point)
@@ -180,15 +206,18 @@ def test_env_registered_in_main_script(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"num_envs": 1, "n_workers": 2}, "num_envs=1, fewer than n_workers=2"),
-        ({"num_envs": 6, "envs_per_worker": 4}, "envs_per_worker=4"),
-        ({"num_envs": 4, "n_workers": 2, "envs_per_worker": 3}, "does not match"),
+        ({"num_envs": 2, "n_workers": 3}, "n_workers=3 is more than num_envs=2"),
         ({"num_envs": 0}, "num_envs must be a positive int"),
         ({"num_envs": 2, "n_workers": 0}, "n_workers must be a positive int"),
         ({"num_envs": True}, "num_envs must be a positive int"),
-        ({"num_envs": 2, "env_kwargs": [("a", 1)]}, "env_kwargs must be a dict"),
+        ({"num_envs": 2, "vector_kwargs": [("a", 1)]}, "vector_kwargs must be a dict"),
         ({"num_envs": 2, "wrappers": [42]}, r"wrappers\[0\] is 42"),
         ({"num_envs": 2, "wrappers": gym.wrappers.TimeLimit}, "wrappers must be a list"),
+        ({"vectorization_mode": "threads"}, r"vectorization_mode must be one of 'async', 'sync'"),
+        (
+            {"vectorization_mode": "vector_entry_point", "wrappers": [lambda e: e]},
+            "wrappers cannot be used with vectorization_mode='vector_entry_point'",
+        ),
     ],
 )
 def test_bad_arguments_raise_value_error(kwargs: dict[str, Any], message: str) -> None:
@@ -212,6 +241,43 @@ def test_bad_string_entry_point_fails_in_the_caller() -> None:
         del gym.registry["EnvmgrBrokenEntry-v0"]
 
 
-def test_env_fns_is_not_a_manager_kwarg() -> None:
-    with pytest.raises(TypeError, match="env_fns"):
-        make("CartPole-v1", 2, env_fns=lambda: None)
+def test_vector_entry_point_mode_needs_one() -> None:
+    with pytest.raises(
+        ValueError, match="'Pendulum-v1' is registered without a vector_entry_point"
+    ):
+        make("Pendulum-v1", 2, vectorization_mode="vector_entry_point")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"env_kwargs": {"g": 9.0}}, r"make\(id, num_envs, g=9\.0\) instead of env_kwargs="),
+        ({"context": "spawn"}, r"context is a manager option, not an argument of 'Pendulum-v1': "
+                               r"pass vector_kwargs=\{'context': 'spawn'\}"),
+        ({"copy": False, "step_timeout": 1.0}, r"copy, step_timeout are manager options.*"
+                                               r"vector_kwargs=\{'copy': False, 'step_timeout'"),
+        ({"envs_per_worker": 2}, "make\\(\\) sets it itself: give the number of worker "
+                                 "processes as n_workers=N"),
+        ({"env_fns": lambda: None}, "env_fns is not an argument of 'Pendulum-v1'"),
+        ({"vector_kwargs": {"n_workers": 2}}, "vector_kwargs may not contain 'n_workers'"),
+        ({"vector_kwargs": {"env_fns": [print]}}, "vector_kwargs may not contain 'env_fns'"),
+    ],
+)  # fmt: skip
+def test_misplaced_arguments_say_where_they_belong(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(TypeError, match=message):
+        make("Pendulum-v1", 2, **kwargs)
+
+
+def test_env_kwargs_named_like_manager_options_reach_an_env_that_takes_them() -> None:
+    # The check above only fires when the env's signature cannot take the name.
+    class CopyEnv(ConstEnv):
+        def __init__(self, copy: int = 0) -> None:
+            super().__init__(size=1, reward=float(copy))
+
+    gym.register("EnvmgrCopyKwarg-v0", entry_point=CopyEnv)
+    try:
+        with make("EnvmgrCopyKwarg-v0", 1, copy=7, vector_kwargs={"context": "fork"}) as envs:
+            envs.reset(seed=0)
+            assert envs.step(np.zeros(1, dtype=np.int64))[1].tolist() == [7.0]
+    finally:
+        del gym.registry["EnvmgrCopyKwarg-v0"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -231,11 +232,65 @@ def test_format_tree_columns_and_values() -> None:
         "10.000",
         "ms",
     ]
-    # worker_root: 18 s of worker time under a 7 s wait: marked parallel, > 100% of parent.
-    assert table_row(text, "worker_root")[:3] == ["worker_root", "18.000", "s"]
-    assert "257.1%" in table_row(text, "worker_root")
+    # worker_root: 18 s of worker time under a 7 s wait: marked parallel, and on the workers'
+    # clock, so no share of the parent (it would be 257%): total, count, self, per call.
+    assert table_row(text, "worker_root") == ["worker_root", "18.000", "s", "2", "250.000", "ms",
+                                              "9.000", "s"]  # fmt: skip
     assert "|| worker_0" in text and "|| worker_1" in text
     assert "|| = parallel" in text and "exceed the parent's" in text
+    assert "% is of the worker's own wall time" in text
+
+
+def shares(text: str) -> dict[str, list[float]]:
+    """Every row's %parent figure, by name (a name can occur under several workers)."""
+    out: dict[str, list[float]] = {}
+    for line in text.splitlines():
+        cells = [c for c in line.split() if c != "||"]
+        pct = [c for c in cells if re.fullmatch(r"[\d.]+%", c)]
+        if cells and pct:
+            out.setdefault(cells[0], []).append(float(pct[0][:-1]))
+    return out
+
+
+def test_parallel_rows_are_shares_of_the_worker_own_wall_time() -> None:
+    got = shares(format_tree(hand_tree()))
+    # worker_0 ran 9 s: 5 s waiting, 3 s in step (2.375 s of it env.step), 0.875 s sending.
+    # worker_1 the same 9 s, with 5 s in step.  worker_root sums both (18 s).
+    assert got["wait_command"] == [pytest.approx(44.4), pytest.approx(55.6), pytest.approx(33.3)]
+    assert got["step"] == [pytest.approx(44.4), pytest.approx(33.3), pytest.approx(55.6)]
+    # env.step is a share of the worker's 9 s, not of its parent step: 2.375 / 9, 4.25 / 9.
+    assert got["env.step"] == [pytest.approx(36.8), pytest.approx(26.4), pytest.approx(47.2)]
+    assert "worker_0" not in got and "worker_root" not in got
+    assert got["workers"] == [pytest.approx(93.3)]  # the parent's own clock as before
+
+
+def test_no_share_is_impossible_when_worker_startup_lands_in_a_reset() -> None:
+    # The issue-12 case: 2 workers' start-up (5 s each) shipped with the first reset, which
+    # the parent waited 0.96 s for: worker_root was shown as 1,042% of its parent.
+    w = node(5.0, 1, 0.1, True, startup=node(4.0, 1, 4.0, True), reset=node(0.9, 1, 0.9, True))
+    tree = node(
+        1.0,
+        1,
+        0.04,
+        env_reset=node(
+            0.96, 1, 0.0, workers=node(0.96, 1, 0.0, worker_root=sum_trees(w, w), worker_0=w,
+                                      worker_1=copy.deepcopy(w))
+        ),
+    )  # fmt: skip
+    got = shares(format_tree(tree))
+    assert max(v for values in got.values() for v in values) <= 100.0, got
+    assert got["startup"] == [80.0, 80.0, 80.0]
+
+
+def test_nested_worker_trees_restart_the_clock() -> None:
+    # A Ray actor running its own workers: worker_root under the actor is a new clock.
+    inner = node(8.0, 1, 0.0, True, step=node(6.0, 10, 6.0, True))
+    actor = node(4.0, 1, 0.0, True, workers=node(2.0, 10, 0.0, True, worker_root=inner))
+    tree = node(3.0, 1, 1.0, workers=node(2.0, 10, 0.0, **{"actor_0@10.0.0.1": actor}))
+    got = shares(format_tree(tree))
+    assert got["workers"] == [pytest.approx(66.7), 50.0]  # parent's; the actor's own clock
+    assert got["step"] == [75.0]
+    assert "actor_0@10.0.0.1" not in got and "worker_root" not in got
 
 
 def test_format_tree_order_and_indentation() -> None:
@@ -409,6 +464,10 @@ def test_load_tree_reads_what_check_tree_accepts(tmp_path: Path) -> None:
         ('{"total": 1, "children": {"a": {"total": 1, "count": "many"}}}', "root/a"),
         ('{"total": 1, "children": {"a": 3}}', "node 'root/a' is a int"),
         ('{"total": NaN}', "has total=nan"),
+        ('{"total": Infinity}', "has total=inf"),
+        ('{"total": -389.7}', "node 'root' has total=-389.7; a timer node needs a finite, non-"),
+        ('{"total": 1, "children": {"a": {"total": -1e-3}}}', "node 'root/a' has total=-0.001"),
+        ('{"total": 1, "count": -2}', "node 'root' has count=-2; a count cannot be negative"),
     ],
 )
 def test_load_tree_errors_are_one_line(tmp_path: Path, content: str, message: str) -> None:
