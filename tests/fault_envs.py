@@ -24,8 +24,8 @@ kind                what happens when it fires
                     "OOM-killed" (SIGKILLs itself)
 ``init_raise``      the constructor raises :class:`InjectedFault`
 ``init_exit``       the constructor calls ``os._exit(EXIT_CODE)``
-``raise_reset``     ``reset`` raises :class:`InjectedFault`
-``hang_reset``      ``reset`` hangs like ``hang``
+``raise_reset``     the first ``reset`` raises :class:`InjectedFault`
+``hang_reset``      the first ``reset`` hangs like ``hang``
 ==================  ==========================================================
 
 A hang ends after ``hang_seconds`` or, with ``release_file``, as soon as that
@@ -278,6 +278,7 @@ class FaultEnv(gym.Env):  # type: ignore[type-arg]
         self.action_space = spaces.Discrete(2)
         self.t = 0
         self.calls = 0  # step calls over the env's lifetime
+        self.resets = 0  # reset calls over the env's lifetime
         self._leak: list[bytearray] = []
         init_fault = kind if self.armed else None
         rebuilding = self.incarnation >= 1 and (
@@ -299,9 +300,10 @@ class FaultEnv(gym.Env):  # type: ignore[type-arg]
     ) -> tuple[np.ndarray, dict[str, Any]]:
         if self.exit_in_reset:
             os._exit(EXIT_CODE)
-        if self.armed and self.kind == "raise_reset":
+        self.resets += 1
+        if self.armed and self.resets == 1 and self.kind == "raise_reset":
             raise InjectedFault(f"env {self.tag} failed to reset")
-        if self.armed and self.kind == "hang_reset":
+        if self.armed and self.resets == 1 and self.kind == "hang_reset":
             self._hang()
         super().reset(seed=seed)
         self.t = 0
@@ -324,15 +326,18 @@ class FaultEnv(gym.Env):  # type: ignore[type-arg]
                 f.write(f"{self.tag}\n")
         return self._obs(), reward, False, truncated, info
 
-    def pause(self, seconds: float) -> int:
-        """For ``call``: sleep ``seconds`` (or until ``release_file`` exists); returns the tag."""
-        self.hang_seconds = seconds
-        self._hang()
+    def pause(self, seconds: float, tag: int | None = None) -> int:
+        """For ``call``: sleep ``seconds`` (or until ``release_file`` exists) if this env
+        is env ``tag`` (every env when ``None``); returns this env's tag."""
+        if tag is None or tag == self.tag:
+            self.hang_seconds = seconds
+            self._hang()
         return self.tag
 
-    def make_lock(self) -> threading.Lock:
-        """For ``call``: a result that cannot be pickled."""
-        return threading.Lock()
+    def make_lock(self, tag: int | None = None) -> Any:
+        """For ``call``: a result that cannot be pickled (a lock) from env ``tag`` (every
+        env when ``None``); the others return their tag."""
+        return threading.Lock() if tag is None or tag == self.tag else self.tag
 
     def _hang(self) -> None:
         """Sleep ``hang_seconds`` or until ``release_file`` appears; say so in ``ready_file``."""
