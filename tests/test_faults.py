@@ -808,8 +808,11 @@ def test_recv_returns_a_finished_worker_before_one_sent_later(tmp_path: Path) ->
 # ------------------------------------------------------------------ bad input and call order
 
 
-def test_bad_actions_raise_value_error_and_the_manager_stays_usable(tmp_path: Path) -> None:
-    with make_manager("none", "fork", tmp_path) as envs:
+@pytest.mark.parametrize("context", ["fork", "forkserver", "spawn"])
+def test_bad_actions_raise_value_error_and_the_manager_stays_usable(
+    context: str, tmp_path: Path
+) -> None:
+    with make_manager("none", context, tmp_path) as envs:
         envs.reset(seed=0)
         good = np.array([0, 1, 0, 1])
         bad = {
@@ -872,8 +875,9 @@ def test_nan_and_out_of_bounds_box_actions(tmp_path: Path) -> None:
             envs.step(np.zeros((NUM_ENVS, 3), dtype=np.float32))
 
 
-def test_calls_out_of_order(tmp_path: Path) -> None:
-    with make_manager("none", "fork", tmp_path) as envs:
+@pytest.mark.parametrize("context", ["fork", "forkserver", "spawn"])
+def test_calls_out_of_order(context: str, tmp_path: Path) -> None:
+    with make_manager("none", context, tmp_path) as envs:
         zeros = np.zeros(NUM_ENVS, dtype=np.int64)
         envs.reset(seed=0)
         with pytest.raises(NoAsyncCallError) as ei:
