@@ -332,3 +332,94 @@ def assert_same(a: Any, b: Any, path: str = "value") -> None:
         assert type(a) is type(b), f"{path}: {type(a).__name__} vs {type(b).__name__}"
         both_nan = isinstance(a, float) and a != a and b != b
         assert both_nan or a == b, f"{path}: {a!r} != {b!r}"
+
+
+# --------------------------------------------------------------------------- appended by
+# the promise tests (tests/test_promises.py): spaces the README names one by one.
+
+
+def dict_action_space() -> spaces.Dict:
+    return spaces.Dict(
+        {
+            "move": spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32),
+            "pick": spaces.Discrete(3),
+            "pair": spaces.Tuple((spaces.Discrete(2), spaces.MultiBinary(3))),
+        }
+    )
+
+
+class DictActionEnv(gym.Env):  # type: ignore[type-arg]
+    """Dict actions (a Box, a Discrete and a nested Tuple) echoed in a Box observation.
+
+    The observation is the flattened action plus a seeded draw, so equality with
+    ``SyncVectorEnv`` proves every action leaf arrived intact. No infos: a step's
+    only traffic is the batch itself (the shared-memory transport test counts it).
+    ``step_seconds`` makes each step sleep, so the parent is surely asleep when the
+    workers finish.
+    """
+
+    def __init__(self, step_seconds: float = 0.0) -> None:
+        self.action_space = dict_action_space()
+        self.observation_space = spaces.Box(-10.0, 10.0, shape=(8,), dtype=np.float32)
+        self.step_seconds = step_seconds
+
+    def _obs(self, action: Any) -> np.ndarray:
+        if action is None:
+            parts = [np.zeros(7, dtype=np.float32)]
+        else:
+            parts = [
+                np.asarray(action["move"], dtype=np.float32),
+                np.array([action["pick"], action["pair"][0]], dtype=np.float32),
+                np.asarray(action["pair"][1], dtype=np.float32),
+            ]
+        draw = np.array([self.np_random.uniform(-1.0, 1.0)], dtype=np.float32)
+        return np.concatenate([*parts, draw])
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        return self._obs(None), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        if self.step_seconds:
+            time.sleep(self.step_seconds)
+        reward = float(action["pick"]) + float(np.sum(action["pair"][1]))
+        return self._obs(action), reward, False, False, {}
+
+
+class VariableObsEnv(gym.Env):  # type: ignore[type-arg]
+    """Observations of a space without a fixed shape: ``"graph"``, ``"sequence"`` or
+    ``"oneof"`` (envmgr must carry them pickled); seeded, episodes of 3 steps."""
+
+    def __init__(self, kind: str = "graph") -> None:
+        if kind == "graph":
+            self.observation_space: spaces.Space[Any] = spaces.Graph(
+                node_space=spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32),
+                edge_space=spaces.Discrete(4),
+            )
+        elif kind == "sequence":
+            self.observation_space = spaces.Sequence(spaces.Discrete(5))
+        elif kind == "oneof":
+            self.observation_space = spaces.OneOf(
+                (spaces.Discrete(3), spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32))
+            )
+        else:
+            raise ValueError(f"unknown kind {kind!r}")
+        self.action_space = spaces.Discrete(2)
+        self.t = 0
+
+    def _obs(self) -> Any:
+        self.observation_space.seed(int(self.np_random.integers(2**31)))
+        return self.observation_space.sample()
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        self.t += 1
+        return self._obs(), float(action) + self.t, self.t >= 3, False, {"t": self.t}

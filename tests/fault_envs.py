@@ -16,13 +16,29 @@ kind                what happens when it fires
 ``hang``            ``time.sleep(HANG_SECONDS)`` (tests set ``step_timeout``)
 ``hang_noterm``     like ``hang``, but ignores SIGTERM first (close must SIGKILL)
 ``spin``            like ``hang``, but busy in Python code (a loop) instead of asleep
+``hold_gil``        like ``hang``, but asleep inside C code that holds the GIL
+                    (``ctypes.PyDLL``), so no other thread of the worker can run
 ``unpicklable``     returns an info holding a ``threading.Lock``
 ``leak``            keeps ``leak_bytes`` more memory on *every* step and reports
                     the process RSS in ``info["rss"]``; at ``at_step`` it is
                     "OOM-killed" (SIGKILLs itself)
 ``init_raise``      the constructor raises :class:`InjectedFault`
 ``init_exit``       the constructor calls ``os._exit(EXIT_CODE)``
+``raise_reset``     the first ``reset`` raises :class:`InjectedFault`
+``hang_reset``      the first ``reset`` hangs like ``hang``
 ==================  ==========================================================
+
+A hang ends after ``hang_seconds`` or, with ``release_file``, as soon as that
+file exists (and the step then returns normally: a *late* answer, for the tests
+that prove a late answer is dropped). ``step_log`` appends one line per step
+call, so a test can see that an env has finished a step without a clock.
+
+Crash dumps: a worker forked from pytest inherits its ``faulthandler``, which
+would print a ``Fatal Python error`` dump into the test log for every deliberate
+segfault. Right before crashing on purpose the env points ``faulthandler`` at
+``crash-env<tag>-<pid>.txt`` in ``state_dir`` (or turns it off without one),
+so a passing run prints no dump and a failing one still has it, in the test's
+``tmp_path``.
 
 Step faults fire on the ``at_step``-th call to ``step`` (1-based, counted over
 the env's lifetime, across episodes), or on every later call too for ``hang``.
@@ -47,6 +63,7 @@ The module is imported by name (``fault_envs``) in worker processes, like
 from __future__ import annotations
 
 import ctypes
+import faulthandler
 import functools
 import os
 import signal
@@ -65,12 +82,19 @@ __all__ = [
     "HANG_SECONDS",
     "STEP_FAULTS",
     "INIT_FAULTS",
+    "RESET_FAULTS",
     "ALL_FAULTS",
     "InjectedFault",
     "FaultEnv",
     "fault_env_fns",
     "incarnations",
     "rss_bytes",
+    "process_token",
+    "process_state",
+    "wait_gone",
+    "segment_of",
+    "segment_path",
+    "wait_unlinked",
 ]
 
 EXIT_CODE = 3
@@ -85,12 +109,15 @@ STEP_FAULTS = (
     "hang",
     "hang_noterm",
     "spin",
+    "hold_gil",
     "unpicklable",
     "leak",
 )
 #: Faults that fire inside the constructor.
 INIT_FAULTS = ("init_raise", "init_exit")
-ALL_FAULTS = ("none", *STEP_FAULTS, *INIT_FAULTS)
+#: Faults that fire inside ``reset``.
+RESET_FAULTS = ("raise_reset", "hang_reset")
+ALL_FAULTS = ("none", *STEP_FAULTS, *INIT_FAULTS, *RESET_FAULTS)
 
 
 class InjectedFault(RuntimeError):
@@ -128,6 +155,52 @@ def _segfault() -> None:
     ctypes.string_at(0)  # reads address 0: SIGSEGV inside C code
 
 
+#: Where this process's crash dump goes (kept open until the crash).
+_dump_file: Any = None
+
+
+def _quiet_crash_dump(state_dir: str | None, tag: int) -> None:
+    """Send a deliberate crash's ``faulthandler`` dump to a file instead of the test log."""
+    global _dump_file
+    if not faulthandler.is_enabled():
+        return
+    if state_dir is None:
+        faulthandler.disable()
+        return
+    _dump_file = open(Path(state_dir) / f"crash-env{tag}-{os.getpid()}.txt", "w")  # noqa: SIM115
+    faulthandler.enable(file=_dump_file)
+
+
+def _sleep_holding_the_gil(seconds: float) -> None:
+    """Sleep in libc's ``sleep`` through ``PyDLL``, which does not release the GIL."""
+    ctypes.PyDLL(None).sleep(ctypes.c_uint(int(seconds)))
+
+
+def _disable_death_signal() -> None:
+    """Undo the parent-death signal a worker asked the kernel for (Linux ``prctl``)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    pr_set_pdeathsig = 1
+    libc.prctl(pr_set_pdeathsig, 0, 0, 0, 0)
+
+
+def _mute_thread_exits() -> None:
+    """Make ``os._exit`` block forever when called from any thread but the main one.
+
+    Takes the worker's watchdog thread (which ends a worker with ``os._exit``)
+    out of play without touching envmgr, so another exit path can be shown to
+    work alone. The main thread's exits are untouched.
+    """
+    real_exit = os._exit
+
+    def exit_from_main_thread_only(code: int) -> Any:
+        if threading.current_thread() is threading.main_thread():
+            real_exit(code)
+        while True:
+            time.sleep(3600)
+
+    os._exit = exit_from_main_thread_only  # type: ignore[assignment]
+
+
 class FaultEnv(gym.Env):  # type: ignore[type-arg]
     """A small env that commits fault ``kind`` at step ``at_step`` (see the module doc).
 
@@ -154,6 +227,11 @@ class FaultEnv(gym.Env):  # type: ignore[type-arg]
             the incarnations in ``rebuild_in``. Needs ``state_dir``.
         rebuild_in: Incarnations committing ``rebuild_fault``; ``None``: every
             incarnation after the first.
+        release_file: If given, a hang ends as soon as this file exists.
+        step_log: If given, a file to which every step call appends ``<tag>``.
+        no_death_signal: Cancel the worker's parent-death signal (``prctl``).
+        mute_watchdog: Make ``os._exit`` from non-main threads block (see
+            :func:`_mute_thread_exits`).
     """
 
     metadata: dict[str, Any] = {"render_modes": []}
@@ -171,6 +249,10 @@ class FaultEnv(gym.Env):  # type: ignore[type-arg]
         hang_seconds: float = HANG_SECONDS,
         rebuild_fault: str | None = None,
         rebuild_in: Sequence[int] | None = None,
+        release_file: str | None = None,
+        step_log: str | None = None,
+        no_death_signal: bool = False,
+        mute_watchdog: bool = False,
     ) -> None:
         if kind not in ALL_FAULTS:
             raise ValueError(f"unknown fault kind {kind!r}; choose from {ALL_FAULTS}")
@@ -181,6 +263,13 @@ class FaultEnv(gym.Env):  # type: ignore[type-arg]
         self.leak_bytes = leak_bytes
         self.ready_file = ready_file
         self.hang_seconds = hang_seconds
+        self.release_file = release_file
+        self.step_log = step_log
+        self.state_dir = state_dir
+        if no_death_signal:
+            _disable_death_signal()
+        if mute_watchdog:
+            _mute_thread_exits()
         self.incarnation = 0 if state_dir is None else _record_construction(state_dir, tag)
         self.armed = kind != "none" and (
             state_dir is None or fire_in is None or self.incarnation in fire_in
@@ -189,6 +278,7 @@ class FaultEnv(gym.Env):  # type: ignore[type-arg]
         self.action_space = spaces.Discrete(2)
         self.t = 0
         self.calls = 0  # step calls over the env's lifetime
+        self.resets = 0  # reset calls over the env's lifetime
         self._leak: list[bytearray] = []
         init_fault = kind if self.armed else None
         rebuilding = self.incarnation >= 1 and (
@@ -210,6 +300,11 @@ class FaultEnv(gym.Env):  # type: ignore[type-arg]
     ) -> tuple[np.ndarray, dict[str, Any]]:
         if self.exit_in_reset:
             os._exit(EXIT_CODE)
+        self.resets += 1
+        if self.armed and self.resets == 1 and self.kind == "raise_reset":
+            raise InjectedFault(f"env {self.tag} failed to reset")
+        if self.armed and self.resets == 1 and self.kind == "hang_reset":
+            self._hang()
         super().reset(seed=seed)
         self.t = 0
         return self._obs(), {}
@@ -226,26 +321,54 @@ class FaultEnv(gym.Env):  # type: ignore[type-arg]
         self.t += 1
         reward = float(action) + self.t / 10.0
         truncated = self.t >= self.episode_len
+        if self.step_log is not None:
+            with open(self.step_log, "a") as f:
+                f.write(f"{self.tag}\n")
         return self._obs(), reward, False, truncated, info
+
+    def pause(self, seconds: float, tag: int | None = None) -> int:
+        """For ``call``: sleep ``seconds`` (or until ``release_file`` exists) if this env
+        is env ``tag`` (every env when ``None``); returns this env's tag."""
+        if tag is None or tag == self.tag:
+            self.hang_seconds = seconds
+            self._hang()
+        return self.tag
+
+    def make_lock(self, tag: int | None = None) -> Any:
+        """For ``call``: a result that cannot be pickled (a lock) from env ``tag`` (every
+        env when ``None``); the others return their tag."""
+        return threading.Lock() if tag is None or tag == self.tag else self.tag
+
+    def _hang(self) -> None:
+        """Sleep ``hang_seconds`` or until ``release_file`` appears; say so in ``ready_file``."""
+        if self.ready_file is not None:
+            Path(self.ready_file).write_text(str(os.getpid()))
+        deadline = time.monotonic() + self.hang_seconds
+        if self.kind == "hold_gil":
+            _sleep_holding_the_gil(self.hang_seconds)
+        elif self.kind == "spin":
+            while time.monotonic() < deadline:
+                pass
+        elif self.release_file is None:
+            time.sleep(self.hang_seconds)
+        else:
+            release = Path(self.release_file)
+            while not release.exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
 
     def _fire(self, info: dict[str, Any]) -> None:
         kind, first = self.kind, self.calls == self.at_step
-        if kind in ("hang", "hang_noterm", "spin"):
+        if kind in ("hang", "hang_noterm", "spin", "hold_gil"):
             if kind == "hang_noterm":
                 signal.signal(signal.SIGTERM, signal.SIG_IGN)
-            if self.ready_file is not None:
-                Path(self.ready_file).write_text(str(os.getpid()))
-            if kind == "spin":
-                deadline = time.monotonic() + self.hang_seconds
-                while time.monotonic() < deadline:
-                    pass
-            else:
-                time.sleep(self.hang_seconds)
+            self._hang()
         elif not first:
             return
         elif kind == "segfault":
+            _quiet_crash_dump(self.state_dir, self.tag)
             _segfault()
         elif kind == "sigsegv":
+            _quiet_crash_dump(self.state_dir, self.tag)
             os.kill(os.getpid(), signal.SIGSEGV)
             time.sleep(60)  # the signal is delivered at once; never reached
         elif kind == "exit":
@@ -344,6 +467,29 @@ def wait_gone(
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(0.05)
+
+
+def segment_of(pids: Sequence[int]) -> str:
+    """The envmgr segment the worker processes ``pids`` all have mapped.
+
+    Read from ``/proc/<pid>/maps`` (the segments are files in ``/dev/shm``), so a
+    test can follow a manager's segment without reaching into the manager. A
+    forked worker also inherits whatever other live segments its parent had
+    mapped, hence the intersection over every worker.
+    """
+    common: set[str] | None = None
+    for pid in pids:
+        names = set()
+        with open(f"/proc/{pid}/maps") as f:
+            for line in f:
+                fields = line.split(maxsplit=5)
+                path = fields[5].strip() if len(fields) == 6 else ""
+                if path.startswith("/dev/shm/envmgr_") and not path.endswith("(deleted)"):
+                    names.add(path[len("/dev/shm/") :])
+        common = names if common is None else common & names
+    if not common or len(common) != 1:
+        raise AssertionError(f"workers {list(pids)} share no single envmgr segment: {common}")
+    return common.pop()
 
 
 def segment_path(name: str) -> Path:

@@ -6,8 +6,9 @@ x 2 envs) at a chosen step; see ``fault_envs.py``. Each case asserts:
 * the error's type, message (worker index, env range or env index, signal name
   or exit code, phase) and attributes;
 * with ``max_restarts=0``, that the manager is closed when the error reaches
-  the caller: its worker processes are gone (not zombies) and its shared-memory
-  segment is unlinked already, and later calls raise ``ClosedManagerError``;
+  the caller: its worker processes are gone (reaped, not zombies) and its
+  shared-memory segment is unlinked at that moment (checked without waiting),
+  and later calls raise the manager's "broken" error (``BrokenManagerError``);
 * with restarts on, that the step returns a full batch of the right shapes, the
   replaced worker's envs flagged (``truncated`` and ``infos["envmgr_restarted"]``),
   the healthy envs identical to a ``SyncVectorEnv`` reference, and the restarted
@@ -18,9 +19,12 @@ x 2 envs) at a chosen step; see ``fault_envs.py``. Each case asserts:
 Start methods: every fault under ``fork`` and ``forkserver``; a representative
 subset under ``spawn``, whose workers take about a second each to start here.
 No assertion depends on how fast the machine is. The clocks used are polling
-deadlines, ``step_timeout`` (for the hanging env), sleeps longer than a
+deadlines, ``step_timeout`` against envs that block until the test releases
+them (never a slow step racing a timeout), sleeps longer than a
 ``restart_window`` (to step outside it), and, once, this process's CPU time
 (a wait that sleeps costs milliseconds of it however loaded the machine is).
+Orderings are observed through the envs themselves (``step_log``,
+``ready_file``), not through sleeps.
 
 Also here: workers SIGKILLed from outside while idle, replacements that die
 while starting, the first-ready API (``send``/``recv``) under faults, and bad
@@ -45,23 +49,25 @@ from fault_envs import (
     InjectedFault,
     fault_env_fns,
     incarnations,
+    process_state,
     process_token,
+    segment_of,
     segment_path,
     wait_gone,
     wait_unlinked,
 )
 from gymnasium.vector import SyncVectorEnv
 
+import envmgr.errors
 from envmgr import (
-    AlreadyPendingCallError,
     BrokenManagerError,
+    AlreadyPendingCallError,
     BrokenWorkerError,
     ClosedManagerError,
     NoAsyncCallError,
     RemoteTraceback,
     SubprocessEnvManager,
     WorkerDiedError,
-    WorkerError,
     WorkerFailure,
     WorkerTimeoutError,
 )
@@ -128,6 +134,8 @@ def make_manager(
             "hang_seconds",
             "leak_bytes",
             "ready_file",
+            "release_file",
+            "step_log",
         )
         if k in kwargs
     }
@@ -144,9 +152,7 @@ class Tracker:
     def __init__(self, envs: SubprocessEnvManager) -> None:
         self.envs = envs
         self.tokens = {pid: process_token(pid) for pid in envs.worker_pids}
-        buffers = envs._buffers  # white box: the segment's name is not public API
-        assert buffers is not None
-        self.segment = buffers.name
+        self.segment = segment_of(envs.worker_pids)
         assert segment_path(self.segment).exists()
 
     def note_pids(self) -> None:
@@ -155,17 +161,29 @@ class Tracker:
             if pid not in self.tokens:
                 self.tokens[pid] = process_token(pid)
 
-    def assert_cleaned_up(self) -> None:
-        """Every worker ever started is gone (reaped, not a zombie); the segment is unlinked."""
+    def assert_cleaned_up(self, at_once: bool = False) -> None:
+        """Every worker ever started is gone (reaped, not a zombie); the segment is unlinked.
+
+        Args:
+            at_once: Check without waiting: for a manager that must have cleaned
+                up before its error reached the caller (or before close() returned).
+        """
         self.note_pids()
-        left = wait_gone(list(self.tokens.values()), timeout=5.0)
+        timeout = 0.0 if at_once else 5.0
+        left = wait_gone(list(self.tokens.values()), timeout=timeout)
         assert not left, f"worker processes still present (pid: state): {left}"
-        assert wait_unlinked(self.segment, timeout=5.0), f"/dev/shm/{self.segment} still exists"
+        assert wait_unlinked(self.segment, timeout=timeout), f"/dev/shm/{self.segment} still exists"
 
 
-def assert_closed_for_good(envs: SubprocessEnvManager) -> None:
-    """Every further call raises BrokenManagerError (a gym ClosedEnvironmentError)."""
+def assert_closed_for_good(
+    envs: SubprocessEnvManager, failure: BaseException | None = None
+) -> None:
+    """Every further call raises: ``ClosedManagerError`` after close(), and after a
+    worker ``failure`` the broken-manager error, chained to that failure where the
+    package has a separate type for it. Both are a gym ClosedEnvironmentError or a
+    ``WorkerFailure``, so callers' ``except`` clauses keep working."""
     assert envs.closed
+    expected: type[Exception] = ClosedManagerError if failure is None else BrokenManagerError
     actions = np.zeros(NUM_ENVS, dtype=np.int64)
     for name, call in (
         ("step", lambda: envs.step(actions)),
@@ -176,9 +194,17 @@ def assert_closed_for_good(envs: SubprocessEnvManager) -> None:
         ("recv", lambda: envs.recv()),
         ("call", lambda: envs.get_attr("tag")),
     ):
-        with pytest.raises((BrokenManagerError, ClosedManagerError)) as ei:
+        with pytest.raises(expected) as ei:
             call()
-        assert isinstance(ei.value, gym.error.ClosedEnvironmentError), name
+        err = ei.value
+        assert isinstance(err, (gym.error.ClosedEnvironmentError, WorkerFailure)), name
+        if failure is not None and expected is not ClosedManagerError:
+            chain = []
+            link: BaseException | None = err
+            while link is not None and len(chain) < 10:
+                chain.append(link)
+                link = link.__cause__ or link.__context__
+            assert failure in chain, f"{name}: {err!r} is not chained to {failure!r}"
     envs.close()  # still idempotent
     envs.close()
 
@@ -228,8 +254,8 @@ def test_worker_death_closes_the_manager_and_names_the_worker(
         exc = ei.value
         # The manager released everything before the error reached us.
         assert envs.closed
-        tracker.assert_cleaned_up()
-        assert_closed_for_good(envs)
+        tracker.assert_cleaned_up(at_once=True)
+        assert_closed_for_good(envs, exc)
     sync.close()
     assert re.fullmatch(rf"{re.escape(WHERE)}: it {pattern}", str(exc)), str(exc)
     assert exc.worker_index == FAULT_WORKER
@@ -250,10 +276,13 @@ def test_worker_death_with_restarts_replaces_the_worker_and_flags_its_envs(
     _, pattern, _ = DEATHS[kind]
     hang = kind == "hang"
     extra: dict[str, Any] = {}
+    release = tmp_path / "release"
     if hang:
-        # A slow step rather than a dead one: were the old worker's answer ever
-        # taken for a later step's, the comparisons below would catch it.
-        extra = {"step_timeout": STEP_TIMEOUT, "hang_seconds": STEP_TIMEOUT + 0.5}
+        # A step that would answer late rather than never: it blocks until the
+        # test releases it (after the timeout), so no clock decides the order.
+        # Were the old worker's answer ever taken for a later step's, the
+        # comparisons below would catch it (tests/test_late_replies.py goes further).
+        extra = {"step_timeout": STEP_TIMEOUT, "release_file": str(release)}
     sync, _ = reference()
     actions = action_batches(40, seed=1)
     with make_manager(kind, context, tmp_path, max_restarts=2, **extra) as envs:
@@ -265,7 +294,6 @@ def test_worker_death_with_restarts_replaces_the_worker_and_flags_its_envs(
 
         # The step in which worker 1 dies returns a full batch.
         obs, rew, term, trunc, infos = envs.step(actions[AT_STEP - 1])
-        fault_time = time.monotonic()
         want = sync.step(actions[AT_STEP - 1])
         assert_batch_shapes(obs, rew, term, trunc)
         assert_rows_equal((obs, rew, term, trunc), want, slice(0, 2), "worker 0 at the fault")
@@ -284,14 +312,12 @@ def test_worker_death_with_restarts_replaces_the_worker_and_flags_its_envs(
 
         # Stepping goes on. Worker 0's envs never notice; worker 1's envs start a
         # new episode (next-step autoreset after the truncation), then count up.
-        # With the slow step, half-way through wait until its answer would have
-        # come (had its worker lived), so that it would meet a later step.
+        # With the blocked step, half-way through release it: had its worker
+        # lived, its answer would now meet a later step.
         t_restarted = 0
         for k in range(AT_STEP, AT_STEP + 6):
             if hang and k == AT_STEP + 2:
-                # The slow step began at least STEP_TIMEOUT before fault_time.
-                while time.monotonic() < fault_time + extra["hang_seconds"] - STEP_TIMEOUT + 0.3:
-                    time.sleep(0.1)
+                release.touch()
             a = actions[k]
             obs, rew, term, trunc, infos = envs.step(a)
             want = sync.step(a)
@@ -411,8 +437,8 @@ def test_worker_killed_while_idle_without_restarts_names_the_signal(
             else:
                 envs.send(zeros)
                 envs.recv(batch_size=NUM_ENVS)
-        tracker.assert_cleaned_up()
-        assert_closed_for_good(envs)
+        tracker.assert_cleaned_up(at_once=True)
+        assert_closed_for_good(envs, ei.value)
     exc = ei.value
     assert str(exc).startswith(
         "worker 0 (envs 0-1): it was killed by signal SIGKILL (exit code -9)"
@@ -469,8 +495,8 @@ def test_failures_beyond_max_restarts_raise_broken_worker_error(
                     flagged += 1
                     np.testing.assert_array_equal(trunc, [False, False, True, True])
         assert flagged == 2 and envs.restarts == [0, 2]
-        tracker.assert_cleaned_up()
-        assert_closed_for_good(envs)
+        tracker.assert_cleaned_up(at_once=True)
+        assert_closed_for_good(envs, ei.value)
     exc = ei.value
     within = "" if window is None else f" within {window:g} s"
     assert str(exc) == (
@@ -513,8 +539,8 @@ def test_a_replacement_whose_factory_raises_closes_the_manager(tmp_path: Path) -
         envs.step(zeros)
         with pytest.raises(InjectedFault) as ei:
             envs.step(zeros)
-        tracker.assert_cleaned_up()
-        assert_closed_for_good(envs)
+        tracker.assert_cleaned_up(at_once=True)
+        assert_closed_for_good(envs, ei.value)
     exc = ei.value
     assert str(exc) == "env 3 refused to be built (incarnation 1)"
     assert f"{WHERE}, env 3, during make" in full_text(exc)
@@ -561,8 +587,8 @@ def test_replacements_that_keep_dying_while_starting_use_up_the_budget(tmp_path:
         envs.step(zeros)
         with pytest.raises(BrokenWorkerError) as ei:
             envs.step(zeros)
-        tracker.assert_cleaned_up()
-        assert_closed_for_good(envs)
+        tracker.assert_cleaned_up(at_once=True)
+        assert_closed_for_good(envs, ei.value)
     message = str(ei.value)
     assert message.startswith(f"{WHERE} failed (") and "after 2 restarts" in message, message
     assert f"exited with code {EXIT_CODE}" in message, message
@@ -580,7 +606,10 @@ def test_replacements_that_keep_dying_while_starting_use_up_the_budget(tmp_path:
         for m in ("fork", "forkserver")
         for r in (0, 2)
     ]
-    + [pytest.param("raise", "spawn", 0, id="raise-spawn-restarts0")],
+    + [
+        pytest.param("raise", "spawn", 0, id="raise-spawn-restarts0"),
+        pytest.param("unpicklable", "spawn", 0, id="unpicklable-spawn-restarts0"),
+    ],
 )
 def test_env_exception_is_reraised_and_the_worker_survives(
     kind: str, context: str, max_restarts: int, tmp_path: Path
@@ -602,13 +631,15 @@ def test_env_exception_is_reraised_and_the_worker_survives(
             remote = str(exc.__cause__)
             assert "fault_envs.py" in remote and "_fire" in remote and "InjectedFault" in remote
         else:
-            with pytest.raises(Exception) as ei:
+            # The info cannot be pickled: pickle's own error, naming what could not
+            # be pickled, with a note naming the worker and what it was sending.
+            with pytest.raises(TypeError) as ei:
                 envs.step(zeros)
             exc = ei.value
-            text = full_text(exc)
-            assert WHERE in text and "pickle" in text and "lock" in text, text
-            assert isinstance(exc, (WorkerError, TypeError)) or "Pickl" in type(exc).__name__
-            assert getattr(exc, "worker_index", None) == 1
+            assert str(exc) == "cannot pickle '_thread.lock' object"
+            assert f"raised in envmgr {WHERE}, during step (sending the result)" in full_text(exc)
+            assert exc.worker_index == 1  # type: ignore[attr-defined]
+            assert isinstance(exc.__cause__, RemoteTraceback)
         # Not a worker failure: nothing was replaced and the manager is usable.
         assert not envs.closed
         assert envs.worker_pids == pids and envs.restarts == [0, 0]
@@ -681,8 +712,8 @@ def test_worker_death_during_recv(
             with pytest.raises(error_type) as ei:
                 envs.recv(batch_size=NUM_ENVS, timeout=timeout)
             assert re.fullmatch(rf"{re.escape(WHERE)}: it {pattern}", str(ei.value)), str(ei.value)
-            tracker.assert_cleaned_up()
-            assert_closed_for_good(envs)
+            tracker.assert_cleaned_up(at_once=True)
+            assert_closed_for_good(envs, ei.value)
             return
         obs, rew, term, trunc, infos, ids = envs.recv(batch_size=NUM_ENVS, timeout=timeout)
         np.testing.assert_array_equal(ids, np.arange(NUM_ENVS))
@@ -719,9 +750,9 @@ def test_hang_in_recv_with_partial_batches(max_restarts: int, tmp_path: Path) ->
         *_, ids = envs.recv()
         np.testing.assert_array_equal(ids, [0, 1])  # the healthy worker comes first
         if not max_restarts:
-            with pytest.raises(WorkerTimeoutError, match=re.escape(WHERE)):
+            with pytest.raises(WorkerTimeoutError, match=re.escape(WHERE)) as ei:
                 envs.recv()
-            assert_closed_for_good(envs)
+            assert_closed_for_good(envs, ei.value)
             return
         _, _, _, trunc, infos, ids = envs.recv()
         np.testing.assert_array_equal(ids, [2, 3])
@@ -730,32 +761,56 @@ def test_hang_in_recv_with_partial_batches(max_restarts: int, tmp_path: Path) ->
         assert envs.restarts == [0, 1]
 
 
+def wait_until(done: Any, what: str, timeout: float = 20.0) -> None:
+    """Poll ``done()``; ``timeout`` is a liveness bound, not a speed expectation."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, f"{what} did not happen within {timeout} s"
+        time.sleep(0.005)
+
+
+def workers_asleep(pids: list[int]) -> bool:
+    """Whether every worker sleeps (``S``): with ``spin_seconds=0`` a worker sleeps only
+    once it has published its step and waits for the next command."""
+    states = [process_state(tok) for tok in map(process_token, pids) if tok is not None]
+    return len(states) == len(pids) and all(s == "S" for s in states)
+
+
 @pytest.mark.timeout(30)
 def test_recv_returns_a_finished_worker_before_one_sent_later(tmp_path: Path) -> None:
-    """First-ready means first *finished*: a worker whose step is done is not passed over
-    forever because a lower-numbered worker, sent later, finished too.
+    """First-ready means first *finished*, and among finished steps the one sent first:
+    a finished worker is never passed over for a lower-numbered worker sent after it.
 
-    The loop does a little work between send and recv (as a policy would), so both
-    workers have usually finished by the time recv looks.
+    Each round sends worker 1, then worker 0, and waits until both have finished:
+    their envs logged the step and both processes sleep (with ``spin_seconds=0``
+    a worker sleeps only after publishing). ``recv()`` must then return worker 1.
     """
-    with make_manager("none", "fork", tmp_path) as envs:
+    log = tmp_path / "steps.log"
+    log.touch()
+    with make_manager("none", "fork", tmp_path, step_log=str(log), spin_seconds=0.0) as envs:
         envs.reset(seed=0)
-        envs.send(np.zeros(NUM_ENVS, dtype=np.int64))
-        counts = [0] * N_WORKERS
-        for _ in range(200):
-            *_, ids = envs.recv()
-            counts[int(ids[0]) // EPW] += 1
-            envs.send(np.zeros(len(ids), dtype=np.int64), ids)
-            time.sleep(0.002)  # "inference"
-        envs.recv(batch_size=NUM_ENVS)
-    assert min(counts) >= 20, f"recv() results per worker over 200 calls: {counts}"
+        zeros = np.zeros(EPW, dtype=np.int64)
+        pids = list(envs.worker_pids)
+        for r in range(1, 11):
+            envs.send(zeros, [2, 3])
+            envs.send(zeros, [0, 1])
+            wait_until(
+                lambda r=r: log.read_text().count("\n") == NUM_ENVS * r and workers_asleep(pids),
+                f"round {r}: both workers finishing",
+            )
+            *_, first = envs.recv()
+            *_, second = envs.recv()
+            assert (first.tolist(), second.tolist()) == ([2, 3], [0, 1]), f"round {r}"
 
 
 # ------------------------------------------------------------------ bad input and call order
 
 
-def test_bad_actions_raise_value_error_and_the_manager_stays_usable(tmp_path: Path) -> None:
-    with make_manager("none", "fork", tmp_path) as envs:
+@pytest.mark.parametrize("context", ["fork", "forkserver", "spawn"])
+def test_bad_actions_raise_value_error_and_the_manager_stays_usable(
+    context: str, tmp_path: Path
+) -> None:
+    with make_manager("none", context, tmp_path) as envs:
         envs.reset(seed=0)
         good = np.array([0, 1, 0, 1])
         bad = {
@@ -818,8 +873,9 @@ def test_nan_and_out_of_bounds_box_actions(tmp_path: Path) -> None:
             envs.step(np.zeros((NUM_ENVS, 3), dtype=np.float32))
 
 
-def test_calls_out_of_order(tmp_path: Path) -> None:
-    with make_manager("none", "fork", tmp_path) as envs:
+@pytest.mark.parametrize("context", ["fork", "forkserver", "spawn"])
+def test_calls_out_of_order(context: str, tmp_path: Path) -> None:
+    with make_manager("none", context, tmp_path) as envs:
         zeros = np.zeros(NUM_ENVS, dtype=np.int64)
         envs.reset(seed=0)
         with pytest.raises(NoAsyncCallError) as ei:

@@ -2,7 +2,10 @@
 
 Every test that starts workers closes its manager through ``with`` (the leak
 check in conftest.py verifies no process or shared-memory segment survives).
-No test asserts a wall-clock threshold.
+Time appears only as liveness bounds on polling loops ("gone within 30 s") and
+as the ``step_timeout`` of envs that block until the test sees the other worker
+finished; no test expects the machine to be fast. Only the public API is used
+(and ``/proc`` for what the operating system shows about the workers).
 """
 
 from __future__ import annotations
@@ -33,7 +36,6 @@ from envs import (
     ExitingEnv,
     ExplodingEnv,
     FactoryBoom,
-    SleepyEnv,
     TextActionEnv,
     TextObsEnv,
     UnloadableErrorEnv,
@@ -42,13 +44,21 @@ from envs import (
     dict_obs_space,
     failing_factory,
 )
+from fault_envs import (
+    fault_env_fns,
+    process_state,
+    process_token,
+    segment_of,
+    segment_path,
+    wait_gone,
+)
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from gymnasium.vector.utils import batch_space
 
 import envmgr
 from envmgr import (
-    AlreadyPendingCallError,
     BrokenManagerError,
+    AlreadyPendingCallError,
     BrokenWorkerError,
     ClosedManagerError,
     NoAsyncCallError,
@@ -59,10 +69,10 @@ from envmgr import (
     WorkerTimeoutError,
     timers,
 )
-from envmgr.manager import _resolve_layout
 from envmgr.shared_memory import fits_shared_memory
 
 pytestmark = pytest.mark.timeout(60)
+
 
 
 def cartpole() -> gym.Env:  # type: ignore[type-arg]
@@ -92,6 +102,13 @@ def _pid_exists(pid: int) -> bool:
 # =============================================================== constructor arguments
 
 
+def _layout(env_fns: Any, n_workers: int | None, envs_per_worker: int | None) -> tuple[int, int]:
+    with SubprocessEnvManager(env_fns, n_workers, envs_per_worker, context="fork") as envs:
+        assert envs.num_envs == envs.n_workers * envs.envs_per_worker
+        assert len(envs.worker_pids) == envs.n_workers
+        return envs.n_workers, envs.envs_per_worker
+
+
 @pytest.mark.parametrize(
     ("n_fns", "n_workers", "envs_per_worker", "expected"),
     [
@@ -101,24 +118,21 @@ def _pid_exists(pid: int) -> bool:
         (5, None, None, None),  # derived from the core count: checked below
     ],
 )
-def test_resolve_layout_for_a_sequence(
+def test_layout_of_a_sequence_of_factories(
     n_fns: int, n_workers: int | None, envs_per_worker: int | None, expected: tuple[int, int] | None
 ) -> None:
-    fns = [DictObsEnv] * n_fns
-    got_fns, w, e = _resolve_layout(fns, n_workers, envs_per_worker)
-    assert got_fns == fns
+    w, e = _layout([DictObsEnv] * n_fns, n_workers, envs_per_worker)
     assert w * e == n_fns
     if expected is not None:
         assert (w, e) == expected
+    else:  # the most workers that split 5 envs evenly, at most one per core
+        assert (w, e) == ((5, 1) if (os.cpu_count() or 1) >= 5 else (1, 5))
 
 
-def test_resolve_layout_for_one_factory() -> None:
-    fns, w, e = _resolve_layout(DictObsEnv, 3, 2)
-    assert (w, e) == (3, 2) and fns == [DictObsEnv] * 6
-    fns, w, e = _resolve_layout(DictObsEnv, None, 4)
-    assert e == 4 and w == min(2, os.cpu_count() or 1) and len(fns) == w * e
-    fns, w, e = _resolve_layout(DictObsEnv, 3, None)
-    assert (w, e) == (3, 1) and len(fns) == 3
+def test_layout_of_one_factory() -> None:
+    assert _layout(DictObsEnv, 3, 2) == (3, 2)
+    assert _layout(DictObsEnv, None, 4) == (min(2, os.cpu_count() or 1), 4)
+    assert _layout(DictObsEnv, 3, None) == (3, 1)
 
 
 @pytest.mark.parametrize(
@@ -215,9 +229,11 @@ def test_test_envs_travel_by_reference() -> None:
     assert len(payload) < 200, "pickled by value: the by-reference path is not exercised"
 
 
-def test_default_start_method_is_used() -> None:
+def test_default_start_method_is_forkserver_where_it_exists() -> None:
+    expected = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+    assert envmgr.default_start_method() == expected
     with SubprocessEnvManager(DictObsEnv, 1, 1) as envs:
-        assert envs.context == envmgr.default_start_method()
+        assert envs.context == expected
 
 
 @pytest.mark.parametrize("context", ["spawn", "forkserver"])
@@ -282,10 +298,12 @@ def test_view_held_after_close_does_not_crash(run_python: Any) -> None:
         from envs import DictObsEnv
         from envmgr import SubprocessEnvManager
 
+        from fault_envs import segment_of
+
         with SubprocessEnvManager(DictObsEnv, 1, 2, copy=False) as envs:
             obs, _ = envs.reset(seed=0)
             expected = obs["pos"].copy()
-            name = envs._buffers.name
+            name = segment_of(envs.worker_pids)
         assert not os.path.exists("/dev/shm/" + name), "segment not unlinked"
         assert np.array_equal(obs["pos"], expected)
         print("view still readable")
@@ -376,9 +394,16 @@ def test_close_after_an_exception_inside_with_cleans_up() -> None:
 
 
 def test_close_with_a_pending_reset() -> None:
-    with SubprocessEnvManager(DictObsEnv, 2, 1) as envs:
+    """close() with a reset in flight neither waits for it nor leaves anything behind."""
+    with SubprocessEnvManager(DictObsEnv, 2, 1, context="fork") as envs:
+        tokens = [process_token(p) for p in envs.worker_pids]
+        segment = segment_of(envs.worker_pids)
         envs.reset_async(seed=0)
     assert envs.closed
+    assert not wait_gone(tokens, timeout=0.0), "close() returned with workers alive"
+    assert not segment_path(segment).exists()
+    with pytest.raises(ClosedManagerError, match="closed"):
+        envs.reset_wait()
 
 
 def test_a_closed_manager_raises_closed_manager_error() -> None:
@@ -497,10 +522,14 @@ def test_unpicklable_info_raises_an_error_naming_the_worker() -> None:
         envs.reset(seed=0)
         zeros = np.zeros(4, dtype=np.int64)
         envs.step(zeros)
-        with pytest.raises(Exception) as ei:
+        with pytest.raises(TypeError) as ei:
             envs.step(zeros)
-    text = full_text(ei.value)
-    assert "worker 1" in text and "pickle" in text
+    exc = ei.value
+    assert str(exc) == "cannot pickle '_thread.lock' object"
+    assert "raised in envmgr worker 1 (envs 2-3), during step (sending the result)" in full_text(
+        exc
+    )
+    assert exc.worker_index == 1  # type: ignore[attr-defined]
 
 
 # =============================================================== bad actions
@@ -560,9 +589,21 @@ def test_bad_multidiscrete_action_in_dict_env() -> None:
 
 
 def test_unchecked_actions_skip_validation() -> None:
+    """``check_actions=False``: an out-of-bounds action reaches the env unchanged (as in
+    SyncVectorEnv, which checks nothing); with the default it is refused."""
+    outside = np.full((2, 2), 5.0, dtype=np.float32)
+    sync = SyncVectorEnv([BoxActionEnv] * 2)
+    sync.reset(seed=0)
+    want = sync.step(outside)
+    sync.close()
     with SubprocessEnvManager(BoxActionEnv, 1, 2, check_actions=False) as envs:
         envs.reset(seed=0)
-        envs.step(np.full((2, 2), 5.0, dtype=np.float32))  # out of bounds, not checked
+        got = envs.step(outside)
+    assert_same(got, want)
+    with SubprocessEnvManager(BoxActionEnv, 1, 2) as envs:
+        envs.reset(seed=0)
+        with pytest.raises(ValueError, match=r"env 0 \(worker 0\).*outside"):
+            envs.step(outside)
 
 
 # =============================================================== dead and hung workers
@@ -581,7 +622,7 @@ def test_sigkilled_worker_raises_worker_died_error(start_method: str) -> None:
         assert exc.worker_index == 0 and exc.env_indices == (0, 1)
         assert exc.exitcode == -signal.SIGKILL
         assert envs.closed
-        with pytest.raises(BrokenManagerError, match="broken"):
+        with pytest.raises(BrokenManagerError):
             envs.step(action)
     envs.close()
 
@@ -628,21 +669,51 @@ def test_worker_exiting_inside_step_raises_worker_died_error() -> None:
     assert "worker 1 (envs 2-3)" in str(ei.value) and "code 3" in str(ei.value)
 
 
-def test_hung_worker_raises_worker_timeout_error() -> None:
-    fns = [
-        functools.partial(ExplodingEnv, explode_at=100),
-        functools.partial(SleepyEnv, seconds=60),
-    ]
-    with SubprocessEnvManager(fns, n_workers=2, step_timeout=0.5, close_timeout=0.5) as envs:
+def hung_worker_1(tmp_path: Path, **kwargs: Any) -> SubprocessEnvManager:
+    """2 workers x 1 env; env 1 (worker 1) sleeps for an hour in its 2nd step."""
+    fns = fault_env_fns(
+        "hang",
+        2,
+        1,
+        at_step=2,
+        state_dir=tmp_path,
+        ready_file=str(tmp_path / "blocked"),
+        step_log=str(tmp_path / "steps"),
+    )
+    # spin_seconds=0: a worker sleeps as soon as it has published its step.
+    return SubprocessEnvManager(fns, 2, 1, spin_seconds=0.0, close_timeout=0.5, **kwargs)
+
+
+def start_the_hanging_step(envs: SubprocessEnvManager, tmp_path: Path) -> None:
+    """step_async, then wait until worker 0 has finished (its env logged two steps and its
+    process sleeps) and env 1 is blocked: only worker 1 can miss the deadline."""
+    (tmp_path / "steps").touch()
+    envs.step_async(np.zeros(2, dtype=np.int64))
+    token = process_token(envs.worker_pids[0])
+    deadline = monotonic() + 30  # a liveness bound
+    while not (
+        (tmp_path / "blocked").exists()
+        and (tmp_path / "steps").read_text().split().count("0") == 2
+        and token is not None
+        and process_state(token) == "S"
+    ):
+        assert monotonic() < deadline, "worker 0 did not finish its step"
+        time.sleep(0.01)
+
+
+def test_hung_worker_raises_worker_timeout_error(tmp_path: Path) -> None:
+    with hung_worker_1(tmp_path, step_timeout=0.5) as envs:
         envs.reset(seed=0)
-        zeros = np.zeros(2, dtype=np.int64)
-        envs.step(zeros)
+        envs.step(np.zeros(2, dtype=np.int64))
+        start_the_hanging_step(envs, tmp_path)
         with pytest.raises(WorkerTimeoutError) as ei:
-            envs.step(zeros)
-        assert isinstance(ei.value, TimeoutError)
-        assert ei.value.worker_index == 1 and "worker 1" in str(ei.value)
+            envs.step_wait()
+        exc = ei.value
+        assert isinstance(exc, TimeoutError)
+        assert str(exc) == "worker 1 (envs 1-1): it did not answer step within 0.5 s"
+        assert exc.worker_index == 1 and exc.env_indices == (1,)
         with pytest.raises(BrokenManagerError):
-            envs.step(zeros)
+            envs.step(np.zeros(2, dtype=np.int64))
 
 
 def test_killed_worker_is_restarted_under_a_restart_policy() -> None:
@@ -691,21 +762,19 @@ def test_restarted_envs_return_their_new_episode_observation(transport: str) -> 
             assert envs.observation_space.contains(obs)
 
 
-def test_hung_worker_is_replaced_under_a_restart_policy() -> None:
-    fns = [
-        functools.partial(ExplodingEnv, explode_at=100),
-        functools.partial(SleepyEnv, seconds=60),
-    ]
-    with SubprocessEnvManager(
-        fns, n_workers=2, step_timeout=0.5, close_timeout=0.5, max_restarts=1
-    ) as envs:
+def test_hung_worker_is_replaced_under_a_restart_policy(tmp_path: Path) -> None:
+    with hung_worker_1(tmp_path, step_timeout=0.5, max_restarts=1) as envs:
         envs.reset(seed=0)
-        zeros = np.zeros(2, dtype=np.int64)
-        envs.step(zeros)
-        _, _, _, trunc, infos = envs.step(zeros)  # worker 1 sleeps: replaced
+        envs.step(np.zeros(2, dtype=np.int64))
+        start_the_hanging_step(envs, tmp_path)
+        _, _, _, trunc, infos = envs.step_wait()  # worker 1 sleeps: replaced
         assert trunc.tolist() == [False, True]
-        assert "did not answer" in infos["envmgr_restarted"][1]
+        assert infos["_envmgr_restarted"].tolist() == [False, True]
+        assert infos["envmgr_restarted"][1] == (
+            "worker 1 (envs 1-1): it did not answer step within 0.5 s"
+        )
         assert envs.restarts == [0, 1]
+        envs.step(np.zeros(2, dtype=np.int64))
 
 
 def test_env_step_seconds_counts_every_env_step() -> None:
@@ -913,11 +982,13 @@ def test_workers_and_segment_go_when_the_parent_is_killed(context: str) -> None:
         f"""
         import json, os, signal, sys
         from envs import DictObsEnv
+        from fault_envs import segment_of
         from envmgr import SubprocessEnvManager
 
         envs = SubprocessEnvManager(DictObsEnv, 2, 1, context={context!r})
         envs.reset(seed=0)
-        print(json.dumps({{"pids": envs.worker_pids, "shm": envs._buffers.name}}), flush=True)
+        shm = segment_of(envs.worker_pids)
+        print(json.dumps({{"pids": envs.worker_pids, "shm": shm}}), flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
         """
     )
