@@ -185,6 +185,14 @@ def plot(configs: list[dict[str, Any]], path: Path, title: str) -> None:
                 capsize=3,
                 label=LABELS[impl],
             )
+        notes = []
+        for mine in ("envmgr", "envmgr-hosted"):
+            got = [(c["n_envs"], c["ratios"].get(f"{mine}/ceiling", {}).get("median")) for c in cs]
+            got = [(n, r) for n, r in got if r is not None]
+            if got:
+                notes.append(f"{mine}/ceiling: " + ", ".join(f"{n}: {r:.2f}" for n, r in got))
+        if notes:
+            ax.text(0.02, 0.02, "\n".join(notes), transform=ax.transAxes, fontsize=7)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ticks = sorted({c["n_envs"] for c in cs})

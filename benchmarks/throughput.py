@@ -157,11 +157,13 @@ def summarize(result: dict[str, Any]) -> None:
     result["median_us_per_batch"] = medians(samples, "us_per_batch")
     result["median_parent_cpu_us_per_batch"] = medians(samples, "parent_cpu_us_per_batch")
     ratios: dict[str, dict[str, Any]] = {}
-    for mine in peers.MINE:
-        for peer in peers.PEERS:
-            ratio = per_round_ratios(samples, mine, peer)
-            if ratio is not None:
-                ratios[f"{mine}/{peer}"] = ratio
+    # ceiling/serial (ceiling/vector in the batched case): what the extra cores deliver.
+    pairs = [(mine, peer) for mine in peers.MINE for peer in peers.PEERS]
+    pairs += [("ceiling", "serial"), ("ceiling", "vector")]
+    for mine, peer in pairs:
+        ratio = per_round_ratios(samples, mine, peer)
+        if ratio is not None:
+            ratios[f"{mine}/{peer}"] = ratio
     result["ratios"] = ratios
 
 
@@ -408,6 +410,7 @@ def tables(report: dict[str, Any], args: argparse.Namespace) -> str:
         pairs = [("envmgr", p) for p in peers.PEERS if p != "vector"]
         impls = [i for i in peers.ALL_IMPLS if i not in peers.VECTOR_ONLY]
         pairs += [("envmgr-nocopy", "ceiling"), ("envmgr-firstready", "ceiling")]
+        pairs.append(("ceiling", "serial"))
         out.append(bench_report.markdown_table(flat, impls, pairs))
     if vector:
         out.append(
@@ -415,7 +418,7 @@ def tables(report: dict[str, Any], args: argparse.Namespace) -> str:
             "one vector env per worker):"
         )
         pairs = [("envmgr-hosted", p) for p in ("vector", "ceiling", "envpool")]
-        pairs.append(("envmgr", "ceiling"))
+        pairs += [("envmgr", "ceiling"), ("ceiling", "vector")]
         out.append(bench_report.markdown_table(vector, vector_case.VECTOR_IMPLS, pairs))
         out.append(f"envmgr hosting: {report['config']['envmgr_hosting']}")
     notes = sorted(
