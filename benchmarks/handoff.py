@@ -332,7 +332,8 @@ def main(argv: list[str] | None = None) -> int:
 
     default = "1,2,4,8,16" if args.what == "scaling" else "1,2"
     workers = [int(x) for x in (args.workers or default).split(",") if x.strip()]
-    with tqdm(total=args.repeats * len(workers), file=sys.stderr) as bar:
+    rounds = args.repeats * (1 if args.what == "scaling" else len(workers))
+    with tqdm(total=rounds, file=sys.stderr) as bar:
         if args.what == "scaling":
             text = scaling_text(measure_scaling(workers, args.envs_per_worker, args, bar))
         else:

@@ -283,6 +283,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         elif a.startswith("--prog="):
             p.prog = a.split("=", 1)[1]
     args = p.parse_args(raw)
+    args.argv = raw
     if args.quick:
         given = {a.split("=")[0] for a in raw}
         for name, value in QUICK.items():
@@ -352,11 +353,11 @@ def run(args: argparse.Namespace, status: dict[str, tuple[bool, str]]) -> dict[s
     report: dict[str, Any] = {
         "benchmark": "envmgr throughput",
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "command": " ".join([args.prog or "throughput.py", *sys.argv[1:]]),
+        "command": " ".join([args.prog or "throughput.py", *args.argv]),
         "machine": run_context.machine_info(status["envpool"][1]),
         "loadavg_start": os.getloadavg() if hasattr(os, "getloadavg") else None,
         "config": {
-            **{k: v for k, v in vars(args).items() if k not in ("out", "plot", "prog")},
+            **{k: v for k, v in vars(args).items() if k not in ("out", "plot", "prog", "argv")},
             "envpool_num_threads": args.workers,
             "ceiling_processes": args.workers,
             "envmgr_hosting": status["hosted"][1],
