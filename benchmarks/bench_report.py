@@ -181,6 +181,7 @@ def plot(configs: list[dict[str, Any]], path: Path, title: str) -> None:
                 med,
                 yerr=[lo, hi],
                 marker=MARKERS[impl],
+                color=f"C{list(LABELS).index(impl)}",  # one colour per implementation
                 linestyle=style,
                 capsize=3,
                 label=LABELS[impl],

@@ -46,7 +46,7 @@ from timing import (  # noqa: E402
     per_round_ratios,
     rotated,
     sample_actions,
-    timed_sample,  # noqa: E402
+    timed_sample,
 )
 
 from envmgr import SubprocessEnvManager  # noqa: E402

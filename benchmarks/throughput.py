@@ -76,7 +76,7 @@ from timing import (  # noqa: E402
     per_round_ratios,
     rotated,
     sample_actions,
-    timed_sample,  # noqa: E402
+    timed_sample,
 )
 
 import envmgr  # noqa: E402
