@@ -28,6 +28,7 @@ import multiprocessing as mp
 import os
 import select
 import sys
+import traceback
 from multiprocessing.connection import Connection
 from multiprocessing.shared_memory import SharedMemory
 from pathlib import Path
@@ -54,6 +55,8 @@ from envmgr import SubprocessEnvManager  # noqa: E402
 bench_envs.make_picklable()
 
 _ROW = 8  # int64 words per control row, as in envmgr.signalling
+#: Longest wait for a floor worker to start (spawn imports numpy and envmgr).
+START_TIMEOUT = 60.0
 
 
 # ============================================================================ the floor
@@ -63,15 +66,19 @@ def _floor_worker(
     conn: Connection, wake: Connection, shm_name: str, rows: int, index: int, spin: float
 ) -> None:
     """Answer every announced step at once, through envmgr's WorkerDoorbell."""
-    from envmgr.signalling import WorkerDoorbell
-
     shm = SharedMemory(name=shm_name)
     try:
-        control: np.ndarray = np.ndarray((rows, _ROW), dtype=np.int64, buffer=shm.buf)
-        parent = os.getppid()
-        bell = WorkerDoorbell(
-            control, index, conn, wake.fileno(), spin, lambda: os.getppid() == parent
-        )
+        try:
+            from envmgr.signalling import WorkerDoorbell
+
+            control: np.ndarray = np.ndarray((rows, _ROW), dtype=np.int64, buffer=shm.buf)
+            parent = os.getppid()
+            bell = WorkerDoorbell(
+                control, index, conn, wake.fileno(), spin, lambda: os.getppid() == parent
+            )
+        except Exception:  # the signalling interface changed: tell the parent why
+            conn.send_bytes(traceback.format_exc().encode())
+            return
         # The doorbell takes the command word it finds as already seen: the parent must
         # not announce anything before this point, so say when it is reached.
         conn.send_bytes(b"ready")
@@ -126,8 +133,11 @@ class FloorPingPong:
                 self.conns.append(mine)
                 self.procs.append(proc)
             for w, conn in enumerate(self.conns):
-                if not conn.poll(60) or conn.recv_bytes() != b"ready":
-                    raise RuntimeError(f"floor worker {w} did not start")
+                if not conn.poll(START_TIMEOUT):
+                    raise TimeoutError(f"floor worker {w} did not start in {START_TIMEOUT} s")
+                got = conn.recv_bytes()
+                if got != b"ready":
+                    raise RuntimeError(f"floor worker {w} failed: {got.decode()[-600:]}")
             self.bell = ParentDoorbell(self.control, self.conns, self.wake_r.fileno())
             self.poller = select.poll()
             self.poller.register(self.wake_r.fileno(), select.POLLIN)
