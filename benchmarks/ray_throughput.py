@@ -35,7 +35,6 @@ transport, not a second machine's worth of cores.
 from __future__ import annotations
 
 import argparse
-import inspect
 import os
 import statistics
 import sys
@@ -48,6 +47,7 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
+from vector_case import hosting_keyword  # noqa: E402
 
 from envmgr import SubprocessEnvManager  # noqa: E402
 
@@ -63,12 +63,15 @@ def make_cartpole_vector(n: int) -> gym.vector.VectorEnv:
     return gym.make_vec("CartPole-v1", num_envs=n, vectorization_mode="vector_entry_point")
 
 
-def hosting_status(remote_cls: Any) -> tuple[bool, str]:
-    """Whether both managers take ``vector_env_fn=`` (issue 11), and why not if not."""
-    for cls in (SubprocessEnvManager, remote_cls):
-        if "vector_env_fn" not in inspect.signature(cls).parameters:
-            return False, f"not available: {cls.__name__} has no vector_env_fn (issue 11)"
-    return True, "available"
+def hosting_status(remote_cls: Any) -> tuple[str | None, str]:
+    """The keyword both managers take a vector-env factory by (issue 11), or why there is none."""
+    keys = {cls.__name__: hosting_keyword(cls) for cls in (SubprocessEnvManager, remote_cls)}
+    for name, key in keys.items():
+        if key is None:
+            return None, f"not available: {name} has no vector_env_fn (issue 11)"
+    if len(set(keys.values())) > 1:
+        return None, f"not available: the managers name the factory differently ({keys})"
+    return next(iter(keys.values())), "available"
 
 
 def step_rate(envs: Any, seconds: float) -> float:
@@ -199,14 +202,14 @@ def main(argv: list[str] | None = None) -> int:
                     runs[name_f] = (k * e, lambda m=remote: send_recv_rate(m, args.seconds))
                     baseline[name_f] = name
 
-        hosted = hosting_status(RayEnvManager)
+        key, why = hosting_status(RayEnvManager)
         e = args.hosted_envs_per_actor
-        if e > 0 and not hosted[0]:
-            print(f"hosted case skipped: {hosted[1]}", file=sys.stderr)
-            notes.append(f"hosted 2 x {e} skipped: envmgr hosting {hosted[1]}")
+        if e > 0 and key is None:
+            print(f"hosted case skipped: {why}", file=sys.stderr)
+            notes.append(f"hosted 2 x {e} skipped: envmgr hosting {why}")
         elif e > 0:
-            ctor: Any = SubprocessEnvManager  # vector_env_fn= arrives with issue 11
-            local = ctor(vector_env_fn=make_cartpole_vector, num_envs=2 * e, n_workers=2)
+            ctor: Any = SubprocessEnvManager  # the keyword arrives with issue 11
+            local = ctor(**{key: make_cartpole_vector}, num_envs=2 * e, n_workers=2)
             local.reset(seed=0)
             managers.append(local)
             name = f"local SubprocessEnvManager hosted 2 x {e}"
@@ -214,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
             t1 = time.perf_counter()
             ray_ctor: Any = RayEnvManager
             remote = ray_ctor(
-                vector_env_fn=make_cartpole_vector,
+                **{key: make_cartpole_vector},
                 num_envs=2 * e,
                 n_actors=2,
                 resources_per_actor=[{"node_a": 0.01}, {"node_b": 0.01}],
