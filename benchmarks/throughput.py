@@ -345,6 +345,15 @@ def progress_total(args: argparse.Namespace, status: dict[str, tuple[bool, str]]
     return units
 
 
+def extra(report: dict[str, Any], key: str, measure: Callable[..., Any], *args: Any) -> None:
+    """``report[key] = measure(*args)``; a failure is recorded, not fatal to the long run."""
+    try:
+        report[key] = measure(*args)
+    except Exception as exc:
+        traceback.print_exc(file=sys.stderr)
+        report.setdefault("extra_errors", {})[key] = f"{type(exc).__name__}: {exc}"
+
+
 def run(args: argparse.Namespace, status: dict[str, tuple[bool, str]]) -> dict[str, Any]:
     """Every measurement of the run, as the JSON report."""
     from tqdm import tqdm
@@ -382,14 +391,20 @@ def run(args: argparse.Namespace, status: dict[str, tuple[bool, str]]) -> dict[s
         report["spawn_pickling_check"] = run_context.check_spawn_pickling()
         bar.update(1)
         if not args.skip_extras:
-            report["setup"] = run_context.measure_setup(args, bar)
+            extra(report, "setup", run_context.measure_setup, args, bar)
         report["configs"] = [run_config(e, n, args, status, bar) for e, n in todo(args)]
         if not args.skip_extras:
-            report["overhead"] = handoff.measure_overhead(args.overhead_layouts, args, bar)
-            report["scaling"] = handoff.measure_scaling(
-                args.scaling_workers, args.scaling_envs_per_worker, args, bar
+            extra(report, "overhead", handoff.measure_overhead, args.overhead_layouts, args, bar)
+            extra(
+                report,
+                "scaling",
+                handoff.measure_scaling,
+                args.scaling_workers,
+                args.scaling_envs_per_worker,
+                args,
+                bar,
             )
-            report["floor"] = handoff.measure_floor(args.floor_workers, args, bar)
+            extra(report, "floor", handoff.measure_floor, args.floor_workers, args, bar)
     finally:
         bar.close()
     report["loadavg_end"] = os.getloadavg() if hasattr(os, "getloadavg") else None
@@ -432,6 +447,7 @@ def tables(report: dict[str, Any], args: argparse.Namespace) -> str:
     )
     for c in configs:
         notes += [f"ERROR {c['env']} n={c['n_envs']} {i}: {r}" for i, r in c["errors"].items()]
+    notes += [f"ERROR in {k}: {v}" for k, v in report.get("extra_errors", {}).items()]
     notes.append(f"envpool: {report['machine']['envpool']}")
     out.append("\n".join(notes))
     if "overhead" in report:
