@@ -211,3 +211,70 @@ def plot(configs: list[dict[str, Any]], path: Path, title: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _config_ratio(report: dict[str, Any], env: str, n: int, key: str) -> float | None:
+    for c in report.get("configs", []):
+        if c["env"] == env and c["n_envs"] == n:
+            return c["ratios"].get(key, {}).get("median")  # type: ignore[no-any-return]
+    return None
+
+
+def targets_text(report: dict[str, Any]) -> str:
+    """Issues 11 and 13's targets, read off this run (ratios are medians of per-round ones)."""
+    rows: list[tuple[str, float | None, str, bool | None]] = []
+
+    def add(what: str, value: float | None, goal: str, met: bool | None) -> None:
+        rows.append((what, value, goal, met))
+
+    r = _config_ratio(report, "compute", 16, "envmgr/ceiling")
+    add("compute 2 x 8: envmgr / ceiling", r, ">= 0.9", None if r is None else r >= 0.9)
+    r = _config_ratio(report, "cartpole", 64, "envmgr/ceiling")
+    add("CartPole 2 x 32: envmgr (default) / ceiling", r, ">= 0.7", None if r is None else r >= 0.7)
+    best = [
+        _config_ratio(report, "cartpole", 64, f"{m}/ceiling")
+        for m in ("envmgr", "envmgr-nocopy", "envmgr-firstready")
+    ]
+    b = max((x for x in best if x is not None), default=None)
+    add(
+        "CartPole 2 x 32: envmgr (best variant run) / ceiling",
+        b,
+        ">= 0.8",
+        None if b is None else b >= 0.8,
+    )
+    cpu = None
+    for o in report.get("overhead", []):
+        if (o["n_workers"], o["envs_per_worker"]) == (2, 64):
+            cpu = o["median_parent_cpu_us_per_batch"].get("envmgr")
+    add("no-op 2 x 64: parent CPU µs per batch", cpu, "<= 10", None if cpu is None else cpu <= 10)
+    slope = report.get("scaling", {}).get("slope_parent_cpu_us_per_worker")
+    add(
+        "no-op: parent CPU µs per added worker",
+        slope,
+        "<= 1",
+        None if slope is None else slope <= 1,
+    )
+    for e in report.get("floor", {}).get("layouts", []):
+        f = (e.get("ratio_envmgr_over_floor") or {}).get("median")
+        add(
+            f"{e['n_workers']} worker(s): round trip / floor",
+            f,
+            "<= 2",
+            None if f is None else f <= 2,
+        )
+    r = _config_ratio(report, "cartpole-vector", 2048, "envmgr-hosted/ceiling")
+    add("CartPole vector 2 x 1,024: hosted / ceiling", r, ">= 0.8", None if r is None else r >= 0.8)
+    r = _config_ratio(report, "cartpole-vector", 2048, "envmgr-hosted/envpool")
+    add("CartPole vector 2 x 1,024: hosted / EnvPool", r, ">= 15", None if r is None else r >= 15)
+    lines = [
+        "Issue targets read off this run (one run; the policy-loop and Ray targets come from "
+        "policy_loop.py and ray_throughput.py):",
+        "",
+        "| target | this run | goal | met |",
+        "|---|---:|---:|---|",
+    ]
+    for what, value, goal, met in rows:
+        shown = "not measured" if value is None or value != value else f"{value:,.2f}"
+        verdict = "–" if met is None or value != value else ("yes" if met else "no")
+        lines.append(f"| {what} | {shown} | {goal} | {verdict} |")
+    return "\n".join(lines)

@@ -32,8 +32,9 @@ ALL_IMPLS = [
     "vector",
     "envpool",
 ]
-#: What runs when ``--impls`` is not given (the vector case adds its own two).
-DEFAULT_IMPLS = ["serial", "ceiling", "sync", "async", "envmgr", "envpool"]
+#: What runs when ``--impls`` is not given (the vector case adds its own two). First-ready
+#: is in: issue 13 compares both of envmgr's modes with the ceiling.
+DEFAULT_IMPLS = ["serial", "ceiling", "sync", "async", "envmgr", "envmgr-firstready", "envpool"]
 #: The envmgr variants whose ratios to the peers are reported, and the peers.
 MINE = ["envmgr", "envmgr-nocopy", "envmgr-firstready", "envmgr-hosted"]
 PEERS = ["serial", "ceiling", "sync", "async", "envpool", "vector"]

@@ -20,6 +20,8 @@ For every (env, n_envs) configuration, all implementations are built side by sid
 * ``envmgr``  -- ``envmgr.SubprocessEnvManager(n_workers=W, envs_per_worker=n_envs // W)``;
 * ``envmgr-nocopy`` -- the same with ``copy=False`` (by default only for the image env,
   where observations are large enough for the copy to matter);
+* ``envmgr-firstready`` -- a manager of the same layout stepped through ``send``/``recv``,
+  one worker's envs per ``recv``, whichever worker finishes first;
 * ``envpool`` -- ``envpool.make("CartPole-v1", env_type="gymnasium", num_threads=W)``,
   CartPole only, when envpool imports.
 
@@ -177,6 +179,7 @@ def parse_list(s: str, kind: Callable[[str], Any] = str) -> list[Any]:
 #: What ``--quick`` changes, unless the option is given explicitly.
 QUICK = {
     "envs": "noop,cartpole,image,cartpole-vector",
+    "impls": "serial,ceiling,sync,async,envmgr,envpool",
     "n_envs": "8",
     "vector_n_envs": "256",
     "seconds": 0.4,
@@ -196,7 +199,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--envs", default=",".join(ALL_ENVS), help="benchmark envs (default: %(default)s)"
     )
-    p.add_argument("--n-envs", default="8,32,64", help="numbers of envs (default: %(default)s)")
+    p.add_argument(
+        "--n-envs",
+        default="8,16,64",
+        help="numbers of envs (default: %(default)s: every issue target is at 16 or 64)",
+    )
     p.add_argument(
         "--vector-n-envs",
         default="256,2048,16384",
@@ -458,6 +465,7 @@ def tables(report: dict[str, Any], args: argparse.Namespace) -> str:
         out.append(bench_report.floor_text(report["floor"]))
     if "setup" in report:
         out.append(bench_report.setup_text(report["setup"]))
+    out.append(bench_report.targets_text(report))
     costs = ", ".join(f"{e} {v:.1f}" for e, v in report["env_step_cost_us"].items())
     tail = [f"env step cost in-process (median µs): {costs}"]
     tail.append(f"spawn pickling check: {report['spawn_pickling_check']}")
