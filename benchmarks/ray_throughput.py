@@ -19,6 +19,13 @@ In one run it:
    each Ray row's ratio to the local manager with the same number of envs
    (median of the per-round ratios).
 
+The hosted case (issue 11): with ``--hosted-envs-per-actor E`` (default 2048; 0 skips it),
+each worker or actor hosts one ``CartPoleVectorEnv`` of ``E`` envs instead of ``E`` single
+envs, 2 of them, locally (``SubprocessEnvManager(vector_env_fn=...)``) and on the two Ray
+nodes (``RayEnvManager(vector_env_fn=...)``); the Ray call per batch is then amortised over
+many envs, and "vs local" is Ray / local at 2 x E. Where envmgr has no ``vector_env_fn``
+yet, the run says so and skips these rows.
+
 Everything stays on loopback (127.0.0.2: Ray rewrites 127.0.0.1 to the host's
 external address) and Ray's usage reporting is off. On a 2-core machine both
 "nodes" share the same two cores, so the 2-actor rows show the cost of Ray's
@@ -40,6 +47,7 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
+from vector_case import hosting_keyword  # noqa: E402
 
 from envmgr import SubprocessEnvManager  # noqa: E402
 
@@ -48,6 +56,22 @@ NODE_IP = "127.0.0.2"
 
 def make_cartpole() -> gym.Env[Any, Any]:
     return gym.make("CartPole-v1")
+
+
+def make_cartpole_vector(n: int) -> gym.vector.VectorEnv:
+    """One batched CartPole of ``n`` envs, for a worker or actor to host."""
+    return gym.make_vec("CartPole-v1", num_envs=n, vectorization_mode="vector_entry_point")
+
+
+def hosting_status(remote_cls: Any) -> tuple[str | None, str]:
+    """The keyword both managers take a vector-env factory by (issue 11), or why there is none."""
+    keys = {cls.__name__: hosting_keyword(cls) for cls in (SubprocessEnvManager, remote_cls)}
+    for name, key in keys.items():
+        if key is None:
+            return None, f"not available: {name} has no vector_env_fn (issue 11)"
+    if len(set(keys.values())) > 1:
+        return None, f"not available: the managers name the factory differently ({keys})"
+    return next(iter(keys.values())), "available"
 
 
 def step_rate(envs: Any, seconds: float) -> float:
@@ -96,6 +120,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--envs-per-actor", type=int, nargs="+", default=[64, 256])
     parser.add_argument("--seconds", type=float, default=2.0, help="per configuration and round")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--hosted-envs-per-actor",
+        type=int,
+        default=2048,
+        help="envs of the vector env each worker/actor hosts (default: 2048; 0: skip)",
+    )
     args = parser.parse_args(argv)
     try:
         import ray
@@ -106,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     from envmgr.backends.ray import RayEnvManager
 
     timings: list[tuple[str, float]] = []
+    notes: list[str] = []
     t0 = time.perf_counter()
     ray.init(
         address="local",
@@ -171,6 +202,34 @@ def main(argv: list[str] | None = None) -> int:
                     runs[name_f] = (k * e, lambda m=remote: send_recv_rate(m, args.seconds))
                     baseline[name_f] = name
 
+        key, why = hosting_status(RayEnvManager)
+        e = args.hosted_envs_per_actor
+        if e > 0 and key is None:
+            print(f"hosted case skipped: {why}", file=sys.stderr)
+            notes.append(f"hosted 2 x {e} skipped: envmgr hosting {why}")
+        elif e > 0:
+            ctor: Any = SubprocessEnvManager  # the keyword arrives with issue 11
+            local = ctor(**{key: make_cartpole_vector}, num_envs=2 * e, n_workers=2)
+            local.reset(seed=0)
+            managers.append(local)
+            name = f"local SubprocessEnvManager hosted 2 x {e}"
+            runs[name] = (2 * e, lambda m=local: step_rate(m, args.seconds))
+            t1 = time.perf_counter()
+            ray_ctor: Any = RayEnvManager
+            remote = ray_ctor(
+                **{key: make_cartpole_vector},
+                num_envs=2 * e,
+                n_actors=2,
+                resources_per_actor=[{"node_a": 0.01}, {"node_b": 0.01}],
+                num_cpus_per_actor=0,
+            )
+            timings.append((f"RayEnvManager hosted 2 x {e}: started", time.perf_counter() - t1))
+            remote.reset(seed=0)
+            managers.append(remote)
+            name_r = f"RayEnvManager hosted 2 x {e} (step)"
+            runs[name_r] = (2 * e, lambda m=remote: step_rate(m, args.seconds))
+            baseline[name_r] = name
+
         samples: dict[str, list[float]] = {name: [] for name in runs}
         names = list(runs)
         for r in range(args.rounds):
@@ -208,6 +267,8 @@ def main(argv: list[str] | None = None) -> int:
     print("-" * 73)
     for name, seconds in timings:
         print(f"{name:60} {seconds:12.2f}")
+    for note in notes:
+        print(f"\n{note}")
     return 0
 
 

@@ -1,0 +1,280 @@
+"""Tables and plots for the benchmark results (Markdown on stdout, PNG on disk)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from timing import median
+
+LABELS = {
+    "serial": "serial",
+    "ceiling": "ceiling",
+    "sync": "Sync",
+    "async": "Async",
+    "envmgr": "envmgr",
+    "envmgr-nocopy": "envmgr copy=False",
+    "envmgr-firstready": "envmgr first-ready",
+    "envmgr-hosted": "envmgr hosted",
+    "vector": "VectorEnv in-process",
+    "envpool": "envpool",
+}
+MARKERS = {
+    "serial": "o",
+    "ceiling": "*",
+    "sync": "s",
+    "async": "^",
+    "envmgr": "D",
+    "envmgr-nocopy": "d",
+    "envmgr-firstready": "P",
+    "envmgr-hosted": "X",
+    "vector": "h",
+    "envpool": "v",
+}
+
+
+def fmt_rate(x: float | None) -> str:
+    if x is None or x != x:
+        return "–"
+    return f"{x:,.0f}"
+
+
+def fmt_ratio(x: float | None) -> str:
+    if x is None or x != x:
+        return "–"
+    return f"{x:.2f}x"
+
+
+def markdown_table(
+    configs: list[dict[str, Any]], impls: list[str], ratio_pairs: list[tuple[str, str]]
+) -> str:
+    """Median env-steps/s per implementation and the per-round ratios ``mine/peer``.
+
+    Only the implementations and ratios that some configuration has are shown.
+    """
+    shown = [i for i in impls if any(i in c["median_steps_per_second"] for c in configs)]
+    pairs = [f"{a}/{b}" for a, b in ratio_pairs if any(f"{a}/{b}" in c["ratios"] for c in configs)]
+    head = ["env", "n_envs", *[f"{LABELS[i]} steps/s" for i in shown], *pairs]
+    lines = [
+        "| " + " | ".join(head) + " |",
+        "|" + "|".join(["---"] * 2 + ["---:"] * (len(head) - 2)) + "|",
+    ]
+    for c in configs:
+        med = c["median_steps_per_second"]
+        row = [c["env"], str(c["n_envs"])]
+        row += [fmt_rate(med.get(i)) for i in shown]
+        row += [fmt_ratio(c["ratios"].get(p, {}).get("median")) for p in pairs]
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def overhead_text(overhead: list[dict[str, Any]]) -> str:
+    lines = [
+        "envmgr per-batch-step cost on the no-op env (median over rounds; the envs do nothing, "
+        "so this is the manager's own cost):",
+        "",
+        "| layout | variant | wall µs/batch | parent CPU µs/batch | wall µs per env-step |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for o in overhead:
+        layout = f"{o['n_workers']} workers x {o['envs_per_worker']} envs ({o['n_envs']} total)"
+        for k, wall in o["median_us_per_batch"].items():
+            cpu = o["median_parent_cpu_us_per_batch"][k]
+            lines.append(
+                f"| {layout} | {k} | {wall:,.1f} | {cpu:,.1f} | {wall / o['n_envs']:.2f} |"
+            )
+    return "\n".join(lines)
+
+
+def scaling_text(scaling: dict[str, Any]) -> str:
+    """The parent-CPU-per-batch series over worker counts."""
+    epw = scaling["envs_per_worker"]
+    lines = [
+        f"Parent CPU per batch step over worker counts (no-op env, {epw} envs per worker, "
+        "default checks; median over rounds):",
+        "",
+        "| workers | envs | parent CPU µs/batch | wall µs/batch |",
+        "|---:|---:|---:|---:|",
+    ]
+    for w in scaling["workers"]:
+        cpu = scaling["median_parent_cpu_us_per_batch"][str(w)]
+        wall = scaling["median_us_per_batch"][str(w)]
+        lines.append(f"| {w} | {w * epw} | {cpu:,.1f} | {wall:,.1f} |")
+    lines.append("")
+    lines.append(
+        "least-squares slope: "
+        f"{scaling['slope_parent_cpu_us_per_worker']:.2f} µs of parent CPU per added worker"
+    )
+    return "\n".join(lines)
+
+
+def floor_text(floor: dict[str, Any]) -> str:
+    """envmgr's one-batch no-op round trip against the wake-up floor."""
+    lines = [
+        "One-batch round trip: envmgr on the no-op env (1 env per worker) against the wake-up "
+        "floor (the same doorbell, nothing else); median over rounds:",
+        "",
+        "| workers | envmgr µs/batch | floor µs/batch | envmgr/floor | envmgr parent CPU µs "
+        "| floor parent CPU µs |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    for e in floor["layouts"]:
+        wall, cpu = e["median_us_per_batch"], e["median_parent_cpu_us_per_batch"]
+        ratio = (e.get("ratio_envmgr_over_floor") or {}).get("median")
+        lines.append(
+            f"| {e['n_workers']} | {wall.get('envmgr', float('nan')):,.1f} "
+            f"| {wall.get('floor', float('nan')):,.1f} | {fmt_ratio(ratio)} "
+            f"| {cpu.get('envmgr', float('nan')):,.1f} | {cpu.get('floor', float('nan')):,.1f} |"
+        )
+        if "error" in e:
+            lines.append(f"\n{e['error']}")
+    return "\n".join(lines)
+
+
+def setup_text(setup: dict[str, Any]) -> str:
+    lines = [
+        f"envmgr set-up time, {setup['n_workers']} workers x {setup['envs_per_worker']} envs "
+        f"CartPole-v1: construct + first reset + close "
+        f"(median of {len(next(iter(setup['samples'].values())))}; "
+        "all samples in order):",
+        "",
+        "| start method | median total | construct | reset | close | samples (total) |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
+    for m, ss in setup["samples"].items():
+        totals = ", ".join(f"{s['total'] * 1e3:,.0f}" for s in ss)
+        lines.append(
+            f"| {m} | {median([s['total'] for s in ss]) * 1e3:,.0f} ms "
+            f"| {median([s['construct'] for s in ss]) * 1e3:,.0f} ms "
+            f"| {median([s['reset'] for s in ss]) * 1e3:,.1f} ms "
+            f"| {median([s['close'] for s in ss]) * 1e3:,.0f} ms "
+            f"| {totals} ms |"
+        )
+    return "\n".join(lines)
+
+
+def plot(configs: list[dict[str, Any]], path: Path, title: str) -> None:
+    """One panel per env: median env-steps/s against n_envs, min-max error bars."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    env_names = list(dict.fromkeys(c["env"] for c in configs))
+    cols = min(3, len(env_names))
+    rows = (len(env_names) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.8 * rows), squeeze=False)
+    for ax, env in zip(axes.flat, env_names, strict=False):
+        cs = sorted((c for c in configs if c["env"] == env), key=lambda c: c["n_envs"])
+        for impl in LABELS:
+            pts = [(c["n_envs"], c["samples"][impl]) for c in cs if impl in c["samples"]]
+            if not pts:
+                continue
+            xs = [p[0] for p in pts]
+            rates = [[s["steps_per_second"] for s in p[1]] for p in pts]
+            med = [median(r) for r in rates]
+            lo = [m - min(r) for m, r in zip(med, rates, strict=True)]
+            hi = [max(r) - m for m, r in zip(med, rates, strict=True)]
+            style = "--" if impl == "ceiling" else "-"
+            ax.errorbar(
+                xs,
+                med,
+                yerr=[lo, hi],
+                marker=MARKERS[impl],
+                color=f"C{list(LABELS).index(impl)}",  # one colour per implementation
+                linestyle=style,
+                capsize=3,
+                label=LABELS[impl],
+            )
+        notes = []
+        for mine in ("envmgr", "envmgr-hosted"):
+            got = [(c["n_envs"], c["ratios"].get(f"{mine}/ceiling", {}).get("median")) for c in cs]
+            got = [(n, r) for n, r in got if r is not None]
+            if got:
+                notes.append(f"{mine}/ceiling: " + ", ".join(f"{n}: {r:.2f}" for n, r in got))
+        if notes:
+            ax.text(0.02, 0.02, "\n".join(notes), transform=ax.transAxes, fontsize=7)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ticks = sorted({c["n_envs"] for c in cs})
+        ax.set_xticks(ticks)
+        ax.set_xticklabels([str(x) for x in ticks])
+        ax.set_title(env)
+        ax.set_xlabel("n_envs")
+        ax.set_ylabel("env-steps/s (median, min-max)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    for ax in list(axes.flat)[len(env_names) :]:
+        ax.set_visible(False)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _config_ratio(report: dict[str, Any], env: str, n: int, key: str) -> float | None:
+    for c in report.get("configs", []):
+        if c["env"] == env and c["n_envs"] == n:
+            return c["ratios"].get(key, {}).get("median")  # type: ignore[no-any-return]
+    return None
+
+
+def targets_text(report: dict[str, Any]) -> str:
+    """Issues 11 and 13's targets, read off this run (ratios are medians of per-round ones)."""
+    rows: list[tuple[str, float | None, str, bool | None]] = []
+
+    def add(what: str, value: float | None, goal: str, met: bool | None) -> None:
+        rows.append((what, value, goal, met))
+
+    r = _config_ratio(report, "compute", 16, "envmgr/ceiling")
+    add("compute 2 x 8: envmgr / ceiling", r, ">= 0.9", None if r is None else r >= 0.9)
+    r = _config_ratio(report, "cartpole", 64, "envmgr/ceiling")
+    add("CartPole 2 x 32: envmgr (default) / ceiling", r, ">= 0.7", None if r is None else r >= 0.7)
+    best = [
+        _config_ratio(report, "cartpole", 64, f"{m}/ceiling")
+        for m in ("envmgr", "envmgr-nocopy", "envmgr-firstready")
+    ]
+    b = max((x for x in best if x is not None), default=None)
+    add(
+        "CartPole 2 x 32: envmgr (best variant run) / ceiling",
+        b,
+        ">= 0.8",
+        None if b is None else b >= 0.8,
+    )
+    cpu = None
+    for o in report.get("overhead", []):
+        if (o["n_workers"], o["envs_per_worker"]) == (2, 64):
+            cpu = o["median_parent_cpu_us_per_batch"].get("envmgr")
+    add("no-op 2 x 64: parent CPU µs per batch", cpu, "<= 10", None if cpu is None else cpu <= 10)
+    slope = report.get("scaling", {}).get("slope_parent_cpu_us_per_worker")
+    add(
+        "no-op: parent CPU µs per added worker",
+        slope,
+        "<= 1",
+        None if slope is None else slope <= 1,
+    )
+    for e in report.get("floor", {}).get("layouts", []):
+        f = (e.get("ratio_envmgr_over_floor") or {}).get("median")
+        add(
+            f"{e['n_workers']} worker(s): round trip / floor",
+            f,
+            "<= 2",
+            None if f is None else f <= 2,
+        )
+    r = _config_ratio(report, "cartpole-vector", 2048, "envmgr-hosted/ceiling")
+    add("CartPole vector 2 x 1,024: hosted / ceiling", r, ">= 0.8", None if r is None else r >= 0.8)
+    r = _config_ratio(report, "cartpole-vector", 2048, "envmgr-hosted/envpool")
+    add("CartPole vector 2 x 1,024: hosted / EnvPool", r, ">= 15", None if r is None else r >= 15)
+    lines = [
+        "Issue targets read off this run (one run; the policy-loop and Ray targets come from "
+        "policy_loop.py and ray_throughput.py):",
+        "",
+        "| target | this run | goal | met |",
+        "|---|---:|---:|---|",
+    ]
+    for what, value, goal, met in rows:
+        shown = "not measured" if value is None or value != value else f"{value:,.2f}"
+        verdict = "–" if met is None or value != value else ("yes" if met else "no")
+        lines.append(f"| {what} | {shown} | {goal} | {verdict} |")
+    return "\n".join(lines)

@@ -1,0 +1,89 @@
+"""The ``cartpole-vector`` case of ``throughput.py``: batched envs, thousands at a time.
+
+The envs that reach millions of steps per second are batched: one object steps many envs
+with array operations (Gymnasium's ``CartPoleVectorEnv``). The implementations compared:
+
+* ``vector``: that env in this process,
+  ``gymnasium.make_vec("CartPole-v1", n, vectorization_mode="vector_entry_point")``;
+* ``ceiling``: ``W`` independent processes, each stepping its ``n / W`` envs as such an
+  in-process vector env at the same time (no communication): the machine's ceiling;
+* ``envmgr-hosted``: envmgr hosting one vector env per worker,
+  ``envmgr.make("CartPole-v1", num_envs=n, n_workers=W, vectorization_mode="vector_entry_point")``
+  (where ``make`` lacks that mode yet but the manager can host, the manager is built
+  directly with the same ``make_vec`` call per worker; where envmgr cannot host at all,
+  the run says why and leaves the column out);
+* ``envmgr``: envmgr with ``n`` single CartPole envs (up to :data:`SINGLE_ENV_LIMIT` envs;
+  beyond that one sample takes too long to be worth it);
+* ``envpool``: EnvPool's C++ CartPole where it is installed.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any
+
+import gymnasium as gym
+
+import envmgr
+from envmgr import SubprocessEnvManager
+
+#: Vector benchmark envs -> (gymnasium id, the single-env benchmark env of the same dynamics).
+VECTOR_ENVS = {"cartpole-vector": ("CartPole-v1", "cartpole")}
+#: Implementations of the vector case, in table order.
+VECTOR_IMPLS = ["vector", "ceiling", "envmgr-hosted", "envmgr", "envpool"]
+#: envmgr with single envs runs up to this many envs.
+SINGLE_ENV_LIMIT = 2048
+
+
+#: What the manager calls its batched-env factory (issue 11 decided the first; the second
+#: is the name it had on the way there).
+HOSTING_KEYWORDS = ("vector_env_fn", "vector_fn")
+
+
+def hosting_keyword(manager_cls: Any) -> str | None:
+    """The keyword ``manager_cls`` takes a ``fn(num_envs) -> VectorEnv`` factory by, if any."""
+    params = inspect.signature(manager_cls).parameters
+    return next((k for k in HOSTING_KEYWORDS if k in params), None)
+
+
+def hosted_status() -> tuple[bool, str]:
+    """Whether this envmgr can host a vector env per worker, and how (or why it cannot)."""
+    if hosting_keyword(SubprocessEnvManager) is None:
+        return False, "not available: SubprocessEnvManager has no vector_env_fn (issue 11)"
+    if "vectorization_mode" not in inspect.signature(envmgr.make).parameters:
+        return True, "available (envmgr.make() has no vectorization_mode: the manager directly)"
+    return True, "available"
+
+
+def build_vector(env_id: str, n: int) -> Any:
+    """The in-process batched env of ``n`` envs."""
+    return gym.make_vec(env_id, num_envs=n, vectorization_mode="vector_entry_point")
+
+
+def build_hosted(env_id: str, n: int, workers: int) -> Any:
+    """envmgr hosting one batched env of ``n / workers`` envs in each worker.
+
+    Through ``envmgr.make(..., vectorization_mode="vector_entry_point")``, the way users
+    ask for it; where ``make`` does not take that yet, through the manager's factory
+    keyword with the same ``gymnasium.make_vec`` call in each worker.
+    """
+    if "vectorization_mode" in inspect.signature(envmgr.make).parameters:
+        make: Any = envmgr.make  # the keyword arrives with issue 11
+        return make(env_id, num_envs=n, n_workers=workers, vectorization_mode="vector_entry_point")
+    key = hosting_keyword(SubprocessEnvManager)
+    if key is None:
+        raise TypeError("SubprocessEnvManager cannot host a vector env here (issue 11)")
+    # A partial of a gymnasium function pickles by reference: no benchmark module needed there.
+    fn = functools.partial(gym.make_vec, env_id, vectorization_mode="vector_entry_point")
+    ctor: Any = SubprocessEnvManager
+    return ctor(**{key: fn}, num_envs=n, n_workers=workers)
+
+
+def skip_reason(impl: str, n: int, hosted: tuple[bool, str]) -> str | None:
+    """``None`` if ``impl`` runs in the vector case at ``n`` envs; else why it is skipped."""
+    if impl == "envmgr-hosted" and not hosted[0]:
+        return f"envmgr hosting {hosted[1]}"
+    if impl == "envmgr" and n > SINGLE_ENV_LIMIT:
+        return f"single envs only up to {SINGLE_ENV_LIMIT} envs (too slow beyond)"
+    return None
