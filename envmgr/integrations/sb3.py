@@ -49,7 +49,6 @@ from stable_baselines3.common.vec_env.base_vec_env import (
     VecEnvStepReturn,
 )
 
-from envmgr import timers
 from envmgr.frontend import RESTARTED_INFO_KEY
 from envmgr.integrations import _sb3_env as remote
 from envmgr.integrations._sb3_env import INFO_KEY, ShimFactory
@@ -140,8 +139,9 @@ class EnvmgrVecEnv(VecEnv):
         if any(self._options):
             options = {INFO_KEY: tuple(self._options)}  # each shim takes its own
         obs, infos = self.manager.reset(seed=list(self._seeds), options=options)
-        packed, has = _column(infos, INFO_KEY)
-        self.reset_infos = [packed[i].value if has[i] else {} for i in range(self.num_envs)]
+        self.reset_infos = [{} for _ in range(self.num_envs)]
+        for i in _rows(infos, INFO_KEY):
+            self.reset_infos[i] = infos[INFO_KEY][i].value
         # Seeds and options are used once, as in SB3.
         self._reset_seeds()
         self._reset_options()
@@ -153,10 +153,11 @@ class EnvmgrVecEnv(VecEnv):
 
     def step_wait(self) -> VecEnvStepReturn:
         """Wait for the step; ``(obs, rewards, dones, infos)`` as ``SubprocVecEnv`` returns them."""
-        with timers.hierarchical_timer("vec_env.step_wait"):
-            obs, rewards, terminated, truncated, infos = self.manager.step_wait()
-            dones = terminated | truncated
-            return obs, rewards, dones, self._sb3_infos(infos, terminated, truncated, dones)
+        # No timer of its own here: the manager merges worker trees under the
+        # context current at step_async, which must be the one its wait is timed in.
+        obs, rewards, terminated, truncated, infos = self.manager.step_wait()
+        dones = terminated | truncated
+        return obs, rewards, dones, self._sb3_infos(infos, terminated, truncated, dones)
 
     def _sb3_infos(
         self,
@@ -165,32 +166,36 @@ class EnvmgrVecEnv(VecEnv):
         truncated: np.ndarray,
         dones: np.ndarray,
     ) -> list[dict[str, Any]]:
-        """SB3's per-env info list from the manager's vector infos (same-step mode)."""
-        n = self.num_envs
+        """SB3's per-env info list from the manager's vector infos (same-step mode).
+
+        Only envs that said something or finished are looked at one by one: this
+        runs every step, and most steps of most envs have nothing to say.
+        """
+        out: list[dict[str, Any]] = [{"TimeLimit.truncated": False} for _ in range(self.num_envs)]
         if not infos:  # nothing said and nobody done: the common step
-            return [{"TimeLimit.truncated": False} for _ in range(n)]
-        packed, has = _column(infos, INFO_KEY)
-        final_obs, has_final_obs = _column(infos, "final_obs")
-        final_info = infos.get("final_info", {})
-        final_packed, has_final = _column(final_info, INFO_KEY)
-        restarted, was_restarted = _column(infos, RESTARTED_INFO_KEY)
-        out = []
-        for i in range(n):
-            if dones[i]:
-                # The top-level info is the reset's; the step's is under final_info.
-                info = final_packed[i].value if has_final[i] else {}
-                info["TimeLimit.truncated"] = bool(truncated[i] and not terminated[i])
-                if has_final_obs[i]:
-                    info["terminal_observation"] = final_obs[i]
-                self.reset_infos[i] = packed[i].value if has[i] else {}
-            else:
-                info = packed[i].value if has[i] else {}
+            return out
+        packed = infos.get(INFO_KEY)
+        if packed is not None:
+            for i in _rows(infos, INFO_KEY, ~dones):
+                info = packed[i].value  # the step's own info
                 info["TimeLimit.truncated"] = False
-            if was_restarted[i]:
-                # The worker was replaced: the episode is cut short (truncated)
-                # without a terminal observation; say why.
-                info[RESTARTED_INFO_KEY] = restarted[i]
-            out.append(info)
+                out[i] = info
+        final_info = infos.get("final_info", {})
+        with_final = set(_rows(final_info, INFO_KEY))
+        with_reset_info = set(_rows(infos, INFO_KEY))
+        with_final_obs = set(_rows(infos, "final_obs"))
+        for i in np.flatnonzero(dones).tolist():
+            # The top-level info is the reset's; the step's is under final_info.
+            info = final_info[INFO_KEY][i].value if i in with_final else {}
+            info["TimeLimit.truncated"] = bool(truncated[i] and not terminated[i])
+            if i in with_final_obs:
+                info["terminal_observation"] = infos["final_obs"][i]
+            out[i] = info
+            self.reset_infos[i] = infos[INFO_KEY][i].value if i in with_reset_info else {}
+        for i in _rows(infos, RESTARTED_INFO_KEY):
+            # The worker was replaced: the episode is cut short (truncated, no
+            # terminal observation); say why.
+            out[i][RESTARTED_INFO_KEY] = infos[RESTARTED_INFO_KEY][i]
         return out
 
     def _batched(self, actions: Any) -> Any:
@@ -283,21 +288,14 @@ class EnvmgrVecEnv(VecEnv):
         return [by_env[i] for i in chosen]
 
 
-def _column(infos: dict[str, Any], key: str) -> tuple[Any, np.ndarray | list[bool]]:
-    """Values and presence mask of one key of Gymnasium's vector infos."""
-    if key not in infos:
-        return (), _NO_ONE
-    return infos[key], infos[f"_{key}"]
-
-
-class _Nobody:
-    """A mask with no entry set, whatever the index."""
-
-    def __getitem__(self, i: int) -> bool:
-        return False
-
-
-_NO_ONE: Any = _Nobody()
+def _rows(infos: dict[str, Any], key: str, among: np.ndarray | None = None) -> list[int]:
+    """Envs whose info has ``key`` in Gymnasium's vector infos (its ``_key`` mask)."""
+    mask = infos.get(f"_{key}")
+    if mask is None:
+        return []
+    if among is not None:
+        mask = mask & among
+    return np.flatnonzero(mask).tolist()  # type: ignore[no-any-return]
 
 
 # ---------------------------------------------------------------- core API in waiting
