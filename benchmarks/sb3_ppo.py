@@ -5,7 +5,7 @@ Usage (from the repository root; needs ``pip install "envmgr[sb3]"``)::
 
     python benchmarks/sb3_ppo.py [--rounds 3] [--n-envs 8] [--steps 16384]
                                  [--configs dummy,subproc,envmgr,envmgr-1x8,...]
-                                 [--out PATH.json]
+                                 [--torch-threads N] [--out PATH.json]
 
 Each round builds every configuration in turn (the order rotates from round to
 round), times ``PPO("MlpPolicy", env, seed=0, device="cpu").learn(steps)`` and
@@ -73,7 +73,7 @@ def builder(config: str, n_envs: int) -> Callable[[], VecEnv]:
                 raise SystemExit(f"{config}: {workers} x {per} is not --n-envs {n_envs}")
             kwargs["n_workers"] = workers
         elif part == "nocheck":
-            kwargs["check_actions"] = False
+            kwargs["check_actions"] = _no_action_check()
         elif part == "pspin":
             kwargs["parent_spin_seconds"] = 2e-3
         elif part == "nospin":
@@ -81,6 +81,16 @@ def builder(config: str, n_envs: int) -> Callable[[], VecEnv]:
         else:
             raise SystemExit(f"{config}: unknown part {part!r}: see --help")
     return lambda: EnvmgrVecEnv(fns, **kwargs)
+
+
+def _no_action_check() -> Any:
+    """``check_actions`` off: ``False``, or ``"off"`` where the manager takes modes."""
+    import inspect
+
+    from envmgr import SubprocessEnvManager
+
+    default = inspect.signature(SubprocessEnvManager).parameters["check_actions"].default
+    return "off" if isinstance(default, str) else False
 
 
 class PhaseClock(BaseCallback):  # type: ignore[misc]
@@ -121,8 +131,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n-envs", type=int, default=8)
     parser.add_argument("--steps", type=int, default=16384)
     parser.add_argument("--configs", default=DEFAULT_CONFIGS)
+    parser.add_argument(
+        "--torch-threads", type=int, default=None, help="torch.set_num_threads (default: torch's)"
+    )
     parser.add_argument("--out", default=None, help="write the results as JSON here")
     args = parser.parse_args(argv)
+    if args.torch_threads is not None:
+        torch.set_num_threads(args.torch_threads)
     configs = [c.strip() for c in args.configs.split(",") if c.strip()]
     for c in configs:
         builder(c, args.n_envs)  # fail on a bad name before anything runs

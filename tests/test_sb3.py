@@ -128,6 +128,27 @@ class SpaceEnv(gym.Env):  # type: ignore[type-arg]
         return self.counter
 
 
+class DictActionEnv(gym.Env):  # type: ignore[type-arg]
+    """Dict actions; the observation echoes the action it was given."""
+
+    def __init__(self) -> None:
+        self.action_space = spaces.Dict(
+            {"a": spaces.Discrete(3), "b": spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)}
+        )
+        self.observation_space = spaces.Box(-5.0, 5.0, shape=(3,), dtype=np.float32)
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        return np.zeros(3, dtype=np.float32), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        assert self.action_space.contains(action), action
+        obs = np.array([action["a"], *action["b"]], dtype=np.float32)
+        return obs, float(action["a"]), False, False, {}
+
+
 def space_env(obs: str, render_mode: str | None = None) -> Callable[[], gym.Env[Any, Any]]:
     return lambda: SpaceEnv(obs, render_mode)
 
@@ -276,6 +297,16 @@ def test_observation_spaces_match_dummy_vec_env(obs: str) -> None:
         assert_steps_alike(ours, dummy, steps=15)
 
 
+def test_dict_actions_given_per_env_as_sb3_does() -> None:
+    with pair([DictActionEnv] * 3, n_workers=1) as (ours, dummy):
+        ours.reset(), dummy.reset()
+        space = ours.action_space
+        space.seed(0)
+        for _ in range(5):
+            actions = [space.sample() for _ in range(3)]  # one dict per env
+            assert_same(ours.step(actions)[0], dummy.step(actions)[0])
+
+
 def test_cartpole_matches_dummy_vec_env() -> None:
     with pair([cartpole] * 4) as (ours, dummy):
         assert_steps_alike(ours, dummy, steps=200)
@@ -303,6 +334,9 @@ def test_seed_and_options_apply_at_the_next_reset_only() -> None:
             venv.set_options({"note": "all"})
         assert_same(ours.reset(), dummy.reset())
         assert [i.get("note") for i in ours.reset_infos] == ["all"] * 3
+        ours.set_options([{}, {}])
+        with pytest.raises(ValueError, match="2 option dicts for 3 envs"):
+            ours.reset()
 
 
 # ------------------------------------------------------------------ per-env requests
@@ -342,7 +376,7 @@ def test_env_is_wrapped_sees_the_users_wrappers_only() -> None:
 @needs_core_targets
 def test_requests_for_some_envs_leave_other_workers_alone() -> None:
     # Worker 1 is frozen (SIGSTOP): a request for worker 0's envs must not wait on it.
-    with EnvmgrVecEnv([space_env("box")] * 4, n_workers=2, step_timeout=5.0) as venv:
+    with EnvmgrVecEnv([space_env("box")] * 4, n_workers=2, step_timeout=2.0) as venv:
         pid = venv.manager.worker_pids[1]
         os.kill(pid, signal.SIGSTOP)
         try:

@@ -135,6 +135,11 @@ class EnvmgrVecEnv(VecEnv):
 
     def reset(self) -> VecEnvObs:
         """Reset every env with the seeds and options set since the last reset."""
+        if len(self._options) != self.num_envs:
+            raise ValueError(
+                f"set_options() got {len(self._options)} option dicts for {self.num_envs} envs: "
+                "pass one per env, or a single dict for all"
+            )
         options = None
         if any(self._options):
             options = {INFO_KEY: tuple(self._options)}  # each shim takes its own
