@@ -12,9 +12,11 @@ round), times ``PPO("MlpPolicy", env, seed=0, device="cpu").learn(steps)`` and
 closes the env; env and model construction are timed separately and not counted.
 A callback splits learn time into the rollout (env steps plus the policy's forward
 passes: where the vector envs differ) and the rest (gradient steps: the same work
-for every configuration). Medians over rounds are reported, with min-max, and
-the ratios of the medians. The per-round ratios show how much a shared machine
-moved the numbers.
+for every configuration, as the same seed gives the same data). Medians over
+rounds are reported with min-max, and the ratios of the medians: of learn, of
+rollout, and of "adjusted learn" (own rollout median plus the gradient-step median
+over all runs), which keeps a busy machine's noise in the gradient steps out of
+the comparison. The per-round learn ratios show how much the machine moved.
 
 Configurations (``--configs``, comma-separated):
 
@@ -164,16 +166,30 @@ def main(argv: list[str] | None = None) -> int:
     def med(c: str, key: str) -> float:
         return statistics.median(x[key] for x in runs[c])
 
+    # The gradient steps are the same work in every configuration (same seed, same
+    # data), so their spread is the machine's noise alone; "adjusted" adds their
+    # median over all runs to each configuration's own rollout time.
+    common_train = statistics.median(x["learn"] - x["rollout"] for c in configs for x in runs[c])
+
+    def adjusted(c: str) -> float:
+        return med(c, "rollout") + common_train
+
     print()
-    print("| vec env | learn s (median) | min-max | rollout s | rest s | setup s |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print(
+        "| vec env | learn s (median) | min-max | rollout s (median) | min-max "
+        "| adjusted learn s | setup s |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for c in configs:
         learn = [x["learn"] for x in runs[c]]
+        roll = [x["rollout"] for x in runs[c]]
         print(
             f"| {c} | {med(c, 'learn'):.2f} | {min(learn):.2f}-{max(learn):.2f} | "
-            f"{med(c, 'rollout'):.2f} | {med(c, 'learn') - med(c, 'rollout'):.2f} | "
-            f"{med(c, 'setup'):.2f} |"
+            f"{med(c, 'rollout'):.2f} | {min(roll):.2f}-{max(roll):.2f} | "
+            f"{adjusted(c):.2f} | {med(c, 'setup'):.2f} |"
         )
+    print(f"\n(adjusted learn = rollout median + {common_train:.2f} s, the median gradient-step")
+    print(" time over all runs: the same work everywhere, so its spread is noise)")
     ratios: dict[str, dict[str, Any]] = {}
     print()
     for c in configs:
@@ -183,15 +199,22 @@ def main(argv: list[str] | None = None) -> int:
             if base not in runs:
                 continue
             per_round = [b["learn"] / e["learn"] for b, e in zip(runs[base], runs[c], strict=True)]
-            ratio = med(base, "learn") / med(c, "learn")
-            ratios.setdefault(c, {})[base] = {"median": ratio, "per_round": per_round}
+            entry = {
+                "learn": med(base, "learn") / med(c, "learn"),
+                "learn_per_round": per_round,
+                "rollout": med(base, "rollout") / med(c, "rollout"),
+                "adjusted_learn": adjusted(base) / adjusted(c),
+            }
+            ratios.setdefault(c, {})[base] = entry
             print(
-                f"{c}: {ratio:.2f}x as fast as {base} (learn, medians); per round "
+                f"{c} vs {base}: {entry['learn']:.2f}x (learn), {entry['rollout']:.2f}x "
+                f"(rollout), {entry['adjusted_learn']:.2f}x (adjusted learn); learn per round "
                 + ", ".join(f"{x:.2f}" for x in per_round)
             )
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"args": vars(args), "runs": runs, "ratios": ratios}, f, indent=2)
+            payload = {"args": vars(args), "runs": runs, "common_train": common_train}
+            json.dump({**payload, "ratios": ratios}, f, indent=2)
     return 0
 
 
