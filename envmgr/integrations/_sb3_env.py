@@ -1,0 +1,150 @@
+"""The half of the Stable-Baselines3 adapter that runs inside envmgr's workers.
+
+Kept apart from :mod:`envmgr.integrations.sb3` because that module subclasses
+SB3's ``VecEnv`` and so imports SB3 and PyTorch; everything here is pickled by
+reference into the workers, which must not pay for importing PyTorch.
+
+Each env is wrapped in :class:`SB3Shim`, outermost, whose only job is to carry
+SB3's per-env info dicts through the manager untouched. The manager merges infos
+into Gymnasium's vector dict (one array per key), which would turn ``1.0`` into
+``np.float64(1.0)`` and nested dicts into dicts of arrays; a dict wrapped in an
+:class:`Opaque` holder is stored in an object array as is, so the parent gets
+back exactly what the env returned. Everything else (episode ends, the reset in
+the same step, ``final_obs``) is the manager's own ``SameStep`` autoreset.
+
+The functions at the bottom run against the user's env (the shim's inner env),
+as ``SubprocVecEnv``'s worker does, for ``get_attr``, ``env_method`` and friends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import gymnasium as gym
+
+__all__ = ["INFO_KEY", "Opaque", "SB3Shim", "ShimFactory"]
+
+#: Key of the packed info (step or reset) in the manager's vector infos, and of the
+#: per-env reset options in the options the manager passes to every env.
+INFO_KEY = "envmgr_sb3"
+
+
+class Opaque:
+    """A value Gymnasium's vector-info merge stores as an object, without looking inside."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __reduce__(self) -> tuple[type[Opaque], tuple[Any]]:
+        return Opaque, (self.value,)
+
+
+class SB3Shim(gym.Wrapper):  # type: ignore[type-arg]
+    """Wraps one user env in a worker: packs its infos, picks its own reset options.
+
+    Args:
+        env: The env the user's factory built.
+        index: Its global env index (which entry of per-env reset options is its own).
+    """
+
+    def __init__(self, env: gym.Env[Any, Any], index: int) -> None:
+        super().__init__(env)
+        self._envmgr_index = index
+
+    def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        # An empty info stays empty, so a plain CartPole step still pickles nothing.
+        return obs, reward, terminated, truncated, ({INFO_KEY: Opaque(info)} if info else {})
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        if options is not None and INFO_KEY in options:
+            options = options[INFO_KEY][self._envmgr_index]
+        # As SubprocVecEnv's worker: options are passed only when there are some.
+        extra = {"options": options} if options else {}
+        obs, info = self.env.reset(seed=seed, **extra)
+        return obs, ({INFO_KEY: Opaque(info)} if info else {})
+
+    def envmgr_sb3_apply(self, targets: Sequence[int], fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(inner env, *args)`` if this env is one of ``targets``, else ``None``.
+
+        Lets the adapter reach chosen envs through the manager's plain ``call``
+        (which runs on every env) until the manager has ``apply(env_ids=...)``.
+        """
+        if self._envmgr_index not in targets:
+            return None
+        return fn(self.env, *args)
+
+
+class ShimFactory:
+    """The factory the workers call: the user's factory, then :class:`SB3Shim` around it.
+
+    Args:
+        env_fn: The user's zero-argument factory.
+        index: Global index of the env it builds.
+    """
+
+    def __init__(self, env_fn: Callable[[], Any], index: int) -> None:
+        self.env_fn = env_fn
+        self.index = index
+
+    def __call__(self) -> SB3Shim:
+        env = self.env_fn()
+        if not isinstance(env, gym.Env):
+            # An old gym env: SB3 converts it with shimmy, as SubprocVecEnv's worker
+            # does. Imported only here, since it pulls in SB3 (and PyTorch).
+            from stable_baselines3.common.vec_env.patch_gym import _patch_env
+
+            env = _patch_env(env)
+        return SB3Shim(env, self.index)
+
+
+# ---------------------------------------------------------------- per-env requests
+# Each takes the shim (what the manager hands to applied functions) and acts on the
+# user's env inside it, exactly as SubprocVecEnv's worker acts on its env.
+
+
+def on_user_env(shim: SB3Shim, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(user env, *args)``: the shim stays invisible to every request."""
+    return fn(shim.env, *args)
+
+
+def get_attr(env: gym.Env[Any, Any], name: str) -> Any:
+    return env.get_wrapper_attr(name)
+
+
+def has_attr(env: gym.Env[Any, Any], name: str) -> bool:
+    try:
+        env.get_wrapper_attr(name)
+    except AttributeError:
+        return False
+    return True
+
+
+def set_attr(env: gym.Env[Any, Any], name: str, value: Any) -> None:
+    # Plain setattr on the outermost user env, as SubprocVecEnv (not set_wrapper_attr).
+    setattr(env, name, value)
+
+
+def env_method(
+    env: gym.Env[Any, Any], name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    return env.get_wrapper_attr(name)(*args, **kwargs)
+
+
+def is_wrapped(env: gym.Env[Any, Any], wrapper_class: type) -> bool:
+    """Whether ``wrapper_class`` is in the env's wrapper chain (SB3's ``is_wrapped``)."""
+    current: Any = env
+    while isinstance(current, gym.Wrapper):
+        if isinstance(current, wrapper_class):
+            return True
+        current = current.env
+    return False
+
+
+def render(env: gym.Env[Any, Any]) -> Any:
+    return env.render()
