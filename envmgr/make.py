@@ -20,6 +20,7 @@ from gymnasium.envs.registration import EnvSpec, load_env_creator
 
 from envmgr.layout import split_counts
 from envmgr.manager import SubprocessEnvManager
+from envmgr.vectorgroup import MakeVec
 
 __all__ = ["make"]
 
@@ -135,6 +136,8 @@ def make(
     envs_per_worker: int | None = None,
     env_kwargs: Mapping[str, Any] | None = None,
     wrappers: Sequence[Wrapper] | None = None,
+    vectorization_mode: str | None = None,
+    vector_kwargs: Mapping[str, Any] | None = None,
     **manager_kwargs: Any,
 ) -> SubprocessEnvManager:
     """Creates ``num_envs`` copies of a registered env in worker processes.
@@ -163,6 +166,10 @@ def make(
         wrappers: Callables ``env -> env`` applied in order to each env after ``gymnasium.make``
             (e.g. ``gymnasium.wrappers.RecordEpisodeStatistics``); they are pickled with
             cloudpickle, so lambdas are fine.
+        vectorization_mode: ``None`` (default): one env per slot. ``"vector_entry_point"`` or
+            ``"sync"``: each worker hosts ``gymnasium.make_vec(env_id, num_envs=<its share>,
+            vectorization_mode=...)`` (see ``vector_fn`` of :class:`SubprocessEnvManager`).
+        vector_kwargs: ``make_vec``'s ``vector_kwargs``, with ``vectorization_mode``.
         **manager_kwargs: Passed on to :class:`SubprocessEnvManager` (``context``, ``copy``,
             ``autoreset_mode``, ``step_timeout``, ...).
 
@@ -195,5 +202,12 @@ def make(
     if "env_fns" in manager_kwargs:
         raise TypeError("make() got an unexpected keyword argument 'env_fns'")
     layout = split_counts(num_envs, n_workers, envs_per_worker)
+    if vectorization_mode is not None:
+        vector_fn = MakeVec(
+            _resolve_spec(env_id), vectorization_mode, vector_kwargs, env_kwargs, wrapper_tuple
+        )
+        return SubprocessEnvManager(
+            None, layout.n_groups, vector_fn=vector_fn, num_envs=num_envs, **manager_kwargs
+        )
     factory = _SpecEnvFactory(_resolve_spec(env_id), dict(env_kwargs or {}), wrapper_tuple)
     return SubprocessEnvManager(factory, layout.n_groups, num_envs=num_envs, **manager_kwargs)
