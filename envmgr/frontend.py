@@ -154,7 +154,7 @@ class BatchedVectorEnv(CallsMixin, VectorEnv):  # type: ignore[type-arg]
         self._groups = list(range(self._layout.n_groups))
         interval = options.get("timer_interval", DEFAULT_TIMER_INTERVAL)
         self._worker_timers = WorkerTimers(interval, self._flush_timers)
-        self._adopt(backend.start())
+        self._adopt(backend.start(), options)
         self._buffers: SharedBuffers | None = backend.attach(
             self.single_observation_space, self.single_action_space
         )
@@ -170,7 +170,8 @@ class BatchedVectorEnv(CallsMixin, VectorEnv):  # type: ignore[type-arg]
         )
         self.closed = False
 
-    def _adopt(self, readies: list[Ready]) -> None:
+    def _adopt(self, readies: list[Ready], options: FrontEndOptions) -> None:
+        """Take the spaces and metadata the groups reported; they must agree."""
         first = readies[0]
         for g, r in enumerate(readies[1:], 1):
             for kind in ("observation_space", "action_space"):
@@ -184,6 +185,18 @@ class BatchedVectorEnv(CallsMixin, VectorEnv):  # type: ignore[type-arg]
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
         self.metadata = dict(first.metadata)
+        if options.get("vector_fn") is not None:
+            # A hosted VectorEnv autoresets itself: its own mode is the manager's.
+            own = AutoresetMode(first.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP))
+            asked = options.get("autoreset_mode")
+            if asked is not None and AutoresetMode(asked) != own:
+                raise ValueError(
+                    f"autoreset_mode={AutoresetMode(asked).value!r}, but the VectorEnv that "
+                    f"vector_fn builds autoresets in mode {own.value!r} (its "
+                    "metadata['autoreset_mode']): drop autoreset_mode= or build the env in "
+                    "that mode"
+                )
+            self.autoreset_mode = own
         self.metadata["autoreset_mode"] = self.autoreset_mode
         self.render_mode = first.render_mode
         self.spec = first.spec

@@ -29,7 +29,7 @@ from envmgr.manager import SubprocessEnvManager
 __all__ = ["make"]
 
 # Manager arguments that make() fills in itself.
-_SET_BY_MAKE = ("env_fns", "n_workers", "envs_per_worker", "num_envs", "vector_env_fn")
+_SET_BY_MAKE = ("env_fns", "n_workers", "envs_per_worker", "num_envs", "vector_fn")
 
 Wrapper = Callable[[gym.Env[Any, Any]], gym.Env[Any, Any]]
 
@@ -335,14 +335,10 @@ def make(
     spec = _resolve_spec(env_id)
     _check_env_kwargs(spec, env_kwargs)
     mode = _vectorization_mode(vectorization_mode, spec, wrapper_tuple)
-    factory = _SpecEnvFactory(spec, dict(env_kwargs), wrapper_tuple)
-    if mode != "async":
-        manager_kwargs["vector_env_fn"] = _SpecVectorEnvFactory(
-            spec, mode, dict(env_kwargs), wrapper_tuple
-        )
-    if num_envs % n_workers == 0 and "vector_env_fn" not in manager_kwargs:
-        # An even split in the (n_workers, envs_per_worker) form every manager version takes.
-        return SubprocessEnvManager(factory, n_workers, num_envs // n_workers, **manager_kwargs)
-    # Uneven splits and vector modes: the manager splits num_envs over n_workers itself.
-    manager_kwargs["num_envs"] = num_envs
-    return SubprocessEnvManager(factory, n_workers, **manager_kwargs)
+    if mode == "async":
+        factory = _SpecEnvFactory(spec, dict(env_kwargs), wrapper_tuple)
+        return SubprocessEnvManager(factory, n_workers, num_envs=num_envs, **manager_kwargs)
+    vector_fn = _SpecVectorEnvFactory(spec, mode, dict(env_kwargs), wrapper_tuple)
+    return SubprocessEnvManager(
+        None, n_workers, num_envs=num_envs, vector_fn=vector_fn, **manager_kwargs
+    )

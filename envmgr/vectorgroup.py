@@ -9,16 +9,17 @@ backend's ``workers_per_actor > 1`` (the hosted env is a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from time import perf_counter
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
+from envmgr.batching import tree_map
 from envmgr.envgroup import BuildFailed, EnvGroup, GroupSpec, Infos, unbatched, write_batch
 
-__all__ = ["VectorEnvGroup"]
+__all__ = ["VectorEnvGroup", "MakeVec"]
 
 
 class VectorEnvGroup(EnvGroup):
@@ -64,6 +65,9 @@ class VectorEnvGroup(EnvGroup):
             rewards: Any = np.zeros(n)
             terms, truncs = zeros, zeros
         else:
+            if actions is self.views.get("actions"):
+                # The parent overwrites the shared actions next step: the env gets its own.
+                actions = tree_map(np.array, actions)
             obs, rewards, terms, truncs, vinfos = self.env.step(actions)
         dt = perf_counter() - t0
         self._store(obs)
@@ -108,17 +112,35 @@ class VectorEnvGroup(EnvGroup):
     def call(
         self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], ids: Sequence[int] | None
     ) -> tuple[Any, ...]:
-        results = tuple(self.env.call(name, *args, **kwargs))
+        """The hosted env's ``call(name)`` (one result per env, as ``SyncVectorEnv``'s);
+        for a VectorEnv without ``call``, ``name`` of the hosted env itself, once per env."""
+        env = self.env
+        if hasattr(env, "call"):
+            results = tuple(env.call(name, *args, **kwargs))
+        else:
+            attr = getattr(env, name)
+            results = (attr(*args, **kwargs) if callable(attr) else attr,) * self.n
         return results if ids is None else tuple(results[i] for i in ids)
 
     def set_attr(self, name: str, values: Sequence[Any], ids: Sequence[int] | None) -> None:
-        if ids is None:
-            self.env.set_attr(name, list(values))
+        """The hosted env's ``set_attr``; without one, ``name`` of the hosted env itself
+        (all values must then be equal)."""
+        env = self.env
+        if not hasattr(env, "set_attr"):
+            if len({repr(v) for v in values}) > 1:
+                raise ValueError(
+                    f"{type(env).__name__} has no set_attr: it takes one {name!r} for all its "
+                    "envs, but different values were given"
+                )
+            setattr(env, name, values[0])
             return
-        current = list(self.env.get_attr(name))
+        if ids is None:
+            env.set_attr(name, list(values))
+            return
+        current = list(env.get_attr(name))
         for i, v in zip(ids, values, strict=True):
             current[i] = v
-        self.env.set_attr(name, current)
+        env.set_attr(name, current)
 
     def apply(
         self,
@@ -159,3 +181,49 @@ def _close(env: Any) -> None:
         env.close()
     except Exception:
         pass
+
+
+class MakeVec:
+    """``vector_fn`` of ``envmgr.make(..., vectorization_mode=...)``: ``gymnasium.make_vec``
+    of a spec for each worker's share.
+
+    A plain class (not a closure) so its repr says what it builds and it pickles small.
+
+    Args:
+        spec: The env's spec (resolved in the parent, so user-registered ids work).
+        mode: ``"vector_entry_point"`` (the env's own batched class) or ``"sync"``.
+        vector_kwargs: Passed to ``make_vec`` as ``vector_kwargs``.
+        env_kwargs: Passed to ``make_vec`` (env constructor arguments).
+        wrappers: Per-env wrappers for ``make_vec`` (``"sync"`` only, as in Gymnasium).
+    """
+
+    def __init__(
+        self,
+        spec: Any,
+        mode: str,
+        vector_kwargs: Mapping[str, Any] | None = None,
+        env_kwargs: Mapping[str, Any] | None = None,
+        wrappers: Sequence[Callable[[Any], Any]] = (),
+    ) -> None:
+        if mode not in ("vector_entry_point", "sync"):
+            raise ValueError(
+                f"vectorization_mode={mode!r}: a worker hosts 'vector_entry_point' or 'sync' "
+                "(the manager itself is the asynchronous layer)"
+            )
+        self.spec, self.mode = spec, mode
+        self.vector_kwargs = dict(vector_kwargs or {})
+        self.env_kwargs = dict(env_kwargs or {})
+        self.wrappers = tuple(wrappers)
+
+    def __call__(self, num_envs: int) -> gym.vector.VectorEnv:  # type: ignore[type-arg]
+        return gym.make_vec(
+            self.spec,
+            num_envs=num_envs,
+            vectorization_mode=self.mode,
+            vector_kwargs=self.vector_kwargs or None,
+            wrappers=self.wrappers or None,
+            **self.env_kwargs,
+        )
+
+    def __repr__(self) -> str:
+        return f"MakeVec({getattr(self.spec, 'id', self.spec)!r}, {self.mode!r})"

@@ -40,13 +40,20 @@ WATCHDOG_INTERVAL = 0.5
 
 
 def _attach_layout(
-    group: EnvGroup, config: WorkerConfig, conn: Connection, wake: Connection, layout: Any
-) -> tuple[SharedBuffers, WorkerDoorbell]:
+    group: EnvGroup,
+    config: WorkerConfig,
+    conn: Connection,
+    wake: Connection,
+    layout: Any,
+    mapped: list[SharedBuffers],
+) -> WorkerDoorbell:
+    """Map the manager's segment, point the group at its rows, and make the doorbell."""
     buffers = SharedBuffers.attach(layout)
+    mapped.append(buffers)
     group.attach(buffers.slice(group.offset, group.offset + group.n))
     parent_pid = os.getppid()
     manager_pid = config.manager_pid
-    bell = WorkerDoorbell(
+    return WorkerDoorbell(
         buffers.control,
         config.worker_index,
         conn,
@@ -55,7 +62,6 @@ def _attach_layout(
         lambda: not _manager_gone(manager_pid, parent_pid),
         LIVENESS_INTERVAL,
     )
-    return buffers, bell
 
 
 def _receive(conn: Connection, spin_seconds: float, parent_pid: int) -> Command | None:
@@ -125,16 +131,16 @@ def worker_main(conn: Connection, wake: Connection, config: WorkerConfig) -> Non
     except BuildFailed as failed:
         _send(conn, config, build_error(spec, failed), "make")
         return
-    buffers: SharedBuffers | None = None
-    bell: WorkerDoorbell | None = None
+    mapped: list[SharedBuffers] = []  # closed on the way out, however the loop ends
     try:
+        bell = None
         if config.layout is not None:
-            buffers, bell = _attach_layout(group, config, conn, wake, config.layout)
+            bell = _attach_layout(group, config, conn, wake, config.layout, mapped)
         if _send(conn, config, group.ready(os.getpid()), "start"):
-            _serve_forever(group, conn, wake, config, parent_pid, buffers, bell)
+            _serve_forever(group, conn, wake, config, parent_pid, bell, mapped)
     finally:
         group.attach({})
-        if buffers is not None:
+        for buffers in mapped:
             buffers.close()
         group.close()
 
@@ -145,8 +151,8 @@ def _serve_forever(
     wake: Connection,
     config: WorkerConfig,
     parent_pid: int,
-    buffers: SharedBuffers | None,
     bell: WorkerDoorbell | None,
+    mapped: list[SharedBuffers],
 ) -> None:
     """The command loop: wait, serve, answer (in the DONE word, and the pipe if needed)."""
     timers = group.timers
@@ -166,9 +172,8 @@ def _serve_forever(
         if isinstance(cmd, Close):
             _send(conn, config, Ack(config.worker_index, cmd.seq), "close")
             return
-        t2 = perf_counter()
         if isinstance(cmd, Attach):
-            buffers, bell = _attach_layout(group, config, conn, wake, cmd.layout)
+            bell = _attach_layout(group, config, conn, wake, cmd.layout, mapped)
             _send(conn, config, Ack(config.worker_index, cmd.seq), "attach")
             continue
         try:

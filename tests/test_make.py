@@ -1,6 +1,6 @@
 """envmgr.make: registered env ids -> SubprocessEnvManager, with gymnasium.make_vec's arguments.
 
-Uneven splits and the vector modes need the manager's num_envs= / vector_env_fn= arguments;
+Uneven splits and the vector modes need the manager's num_envs= / vector_fn= arguments;
 their tests are in test_make_vec.py.
 
 The user-registered envs here are registered at run time, inside the test, so a worker

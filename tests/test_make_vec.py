@@ -1,7 +1,7 @@
 """envmgr.make as a drop-in for gymnasium.make_vec: uneven splits, the vector modes, and
 Gymnasium's action semantics end to end.
 
-These need the manager's ``num_envs=`` / ``vector_env_fn=`` arguments and its
+These need the manager's ``num_envs=`` / ``vector_fn=`` arguments and its
 ``check_actions="safe"`` default (the refactor branch); before that merge they fail with
 ``TypeError: ... unexpected keyword argument 'num_envs'`` or a strict-mode ``ValueError``.
 """
