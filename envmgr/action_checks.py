@@ -13,19 +13,9 @@ import gymnasium as gym
 import numpy as np
 
 from envmgr.layout import Layout
-from envmgr.validation import ActionChecker
+from envmgr.validation import ActionChecker, check_mode
 
-__all__ = ["ActionChecks", "check_mode"]
-
-
-def check_mode(check_actions: str | bool) -> str:
-    """``check_actions`` as a mode: ``"safe"``, ``"strict"`` or ``"off"`` (``True`` / ``False``
-    mean safe / off)."""
-    if check_actions is True or check_actions is False:
-        return "safe" if check_actions else "off"
-    if check_actions not in ("safe", "strict", "off"):
-        raise ValueError(f"check_actions must be 'safe', 'strict' or 'off', got {check_actions!r}")
-    return check_actions
+__all__ = ["ActionChecks"]
 
 
 class ActionChecks:
@@ -62,21 +52,5 @@ class ActionChecks:
         g = int(self.layout.group_of(np.asarray([i]))[0])
         return f"env {i} ({self.noun} {g})"
 
-    def _new(self, n: int) -> Any:
-        # The new signature is ActionChecker(space, n, where, mode). Until it lands
-        # (issue 12), the old one takes the group size, so adapt it.
-        try:
-            return ActionChecker(self.space, n, self.where, self.mode)  # type: ignore[arg-type,call-arg]
-        except TypeError:
-            return self._old(n)
-
-    def _old(self, n: int) -> ActionChecker:
-        checker = ActionChecker(self.space, n, max(self.layout.sizes))
-        if not self.layout.even:
-
-            def where(i: int) -> str:
-                ids = checker._env_ids
-                return self.where(int(i if ids is None else ids[i]))
-
-            checker._where = where  # type: ignore[method-assign,assignment]
-        return checker
+    def _new(self, n: int) -> ActionChecker:
+        return ActionChecker(self.space, n, self.where, self.mode)

@@ -30,7 +30,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from envmgr import timers
-from envmgr.action_checks import ActionChecks, check_mode
+from envmgr.action_checks import ActionChecks
 from envmgr.backend import Backend, Lost, Waited, remote_exception
 from envmgr.batching import RESTARTED_INFO_KEY, BatchReader
 from envmgr.calls import CallKind, CallsMixin, PendingCall
@@ -48,7 +48,7 @@ from envmgr.messages import FlushTimers, Ready, Reset, StepResponse
 from envmgr.restarts import RestartBudget
 from envmgr.shared_memory import SharedBuffers
 from envmgr.timer_merge import WorkerTimers
-from envmgr.validation import reset_arguments
+from envmgr.validation import check_mode, reset_arguments
 
 __all__ = ["BatchedVectorEnv", "FrontEndOptions", "RESTARTED_INFO_KEY"]
 

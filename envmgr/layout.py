@@ -16,6 +16,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from envmgr.validation import check_env_fns
+
 __all__ = ["Layout", "resolve_layout", "split_counts"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -167,7 +169,8 @@ def resolve_layout(
     """
     _check_count(names[0], n_groups)
     _check_count(names[1], per_group)
-    if callable(env_fns):
+    checked: Any = check_env_fns(env_fns)  # a factory, or a list of them
+    if callable(checked):
         if num_envs is None:
             g = (
                 n_groups
@@ -184,13 +187,8 @@ def resolve_layout(
                 names=names,
                 default_groups=default_groups or min(2, os.cpu_count() or 1),
             )
-        return [env_fns] * layout.num_envs, layout  # type: ignore[list-item]
-    fns = list(env_fns)
-    if not fns:
-        raise ValueError("env_fns is an empty sequence: need at least one env factory")
-    for i, fn in enumerate(fns):
-        if not callable(fn):
-            raise ValueError(f"env_fns[{i}] is {fn!r}, not a zero-argument callable")
+        return [checked] * layout.num_envs, layout
+    fns: list[_F] = checked
     if num_envs is not None and num_envs != len(fns):
         raise ValueError(f"num_envs={num_envs}, but {len(fns)} env factories were given")
     layout = split_counts(

@@ -24,6 +24,7 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.envs.registration import EnvSpec, VectorizeMode, load_env_creator
 
+from envmgr.frontend import FrontEndOptions
 from envmgr.manager import SubprocessEnvManager
 
 __all__ = ["make"]
@@ -219,7 +220,11 @@ def _check_env_kwargs(spec: EnvSpec, env_kwargs: Mapping[str, Any]) -> None:
             "make() passes its keyword arguments to the env, as gymnasium.make_vec does: write "
             "make(id, num_envs, g=9.0) instead of env_kwargs={'g': 9.0}"
         )
-    manager_args = set(inspect.signature(SubprocessEnvManager).parameters) | set(_SET_BY_MAKE)
+    manager_args = (
+        set(inspect.signature(SubprocessEnvManager).parameters)
+        | set(FrontEndOptions.__annotations__)
+        | set(_SET_BY_MAKE)
+    )
     suspicious = sorted(set(env_kwargs) & manager_args)
     accepted = _env_parameters(spec) if suspicious else None
     if accepted is None:

@@ -10,13 +10,13 @@ two wrappers hold no env logic of their own.
 from __future__ import annotations
 
 import pickle
-import traceback
 from collections.abc import Callable
 from typing import Any
 
 import cloudpickle
 
 from envmgr.envgroup import BuildFailed, EnvGroup, GroupSpec, Infos
+from envmgr.errors import format_remote_exception
 from envmgr.messages import (
     Ack,
     Apply,
@@ -123,7 +123,7 @@ def error_response(
         exception=payload,
         type_name=f"{type(exc).__module__}.{type(exc).__qualname__}",
         message=str(exc),
-        traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+        traceback=format_remote_exception(exc),
     )
 
 

@@ -35,6 +35,7 @@ __all__ = [
     "ACTION_CHECK_MODES",
     "ActionChecker",
     "check_env_fns",
+    "check_mode",
     "reset_arguments",
     "whole_groups",
 ]
@@ -45,7 +46,7 @@ _LeafCheck = Callable[[Any, str], None]
 _UNSIGNED = {k: np.dtype(f"u{k}") for k in (1, 2, 4, 8)}
 
 
-def _check_mode(mode: Any) -> str:
+def check_mode(mode: Any) -> str:
     """``mode`` as one of :data:`ACTION_CHECK_MODES`; ``True``/``False`` are the old flag."""
     if mode is True:
         return "safe"
@@ -65,9 +66,7 @@ class ActionChecker:
         space: The single-env action space.
         num_envs: Batch size.
         where: ``where(global_env_index)`` names the env and its worker in messages, e.g.
-            ``"env 9 (worker 1)"``. An int is taken as envs per worker (the call made before
-            ``where`` existed), and then ``mode`` defaults to ``"strict"``, which is what
-            that call meant.
+            ``"env 9 (worker 1)"``.
         mode: ``"safe"`` (default), ``"strict"`` or ``"off"``; see the module docstring.
             ``True``/``False`` (the old ``check_actions`` flag) mean ``"safe"``/``"off"``.
 
@@ -79,25 +78,13 @@ class ActionChecker:
         self,
         space: gym.Space[Any],
         num_envs: int,
-        where: Callable[[int], str] | int,
-        mode: str | bool | None = None,
+        where: Callable[[int], str],
+        mode: str | bool = "safe",
     ) -> None:
-        name: Callable[[int], str]
-        if isinstance(where, int):
-            per_worker = where
-            mode = "strict" if mode is None else mode
-
-            def by_worker(i: int) -> str:
-                return f"env {i} (worker {i // per_worker})"
-
-            name = by_worker
-
-        else:
-            name = where
         self.space = space
         self.num_envs = num_envs
-        self.mode = _check_mode("safe" if mode is None else mode)
-        self._name = name
+        self.mode = check_mode(mode)
+        self._name = where
         self._env_ids: Any = None
         self._check: _LeafCheck = (
             _nothing if self.mode == "off" else self._compile(space, "actions")

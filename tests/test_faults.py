@@ -58,10 +58,9 @@ from fault_envs import (
 )
 from gymnasium.vector import SyncVectorEnv
 
-import envmgr.errors
 from envmgr import (
-    BrokenManagerError,
     AlreadyPendingCallError,
+    BrokenManagerError,
     BrokenWorkerError,
     ClosedManagerError,
     NoAsyncCallError,
@@ -810,7 +809,8 @@ def test_recv_returns_a_finished_worker_before_one_sent_later(tmp_path: Path) ->
 def test_bad_actions_raise_value_error_and_the_manager_stays_usable(
     context: str, tmp_path: Path
 ) -> None:
-    with make_manager("none", context, tmp_path) as envs:
+    # "strict": the default ("safe") passes the range and sign cases on to the env.
+    with make_manager("none", context, tmp_path, check_actions="strict") as envs:
         envs.reset(seed=0)
         good = np.array([0, 1, 0, 1])
         bad = {
@@ -844,7 +844,7 @@ def test_bad_actions_raise_value_error_and_the_manager_stays_usable(
 
 def test_send_names_the_env_a_bad_action_was_meant_for(tmp_path: Path) -> None:
     """send() checks a sub-batch; its message must name the global env id, not the position."""
-    with make_manager("none", "fork", tmp_path) as envs:
+    with make_manager("none", "fork", tmp_path, check_actions="strict") as envs:
         envs.reset(seed=0)
         with pytest.raises(ValueError) as ei:
             envs.send(np.array([0, 5]), [2, 3])  # env 3's action is out of Discrete(2)
@@ -855,7 +855,7 @@ def test_send_names_the_env_a_bad_action_was_meant_for(tmp_path: Path) -> None:
 
 def test_nan_and_out_of_bounds_box_actions(tmp_path: Path) -> None:
     fns = [BoxActionEnv] * NUM_ENVS
-    with SubprocessEnvManager(fns, N_WORKERS, EPW, context="fork") as envs:
+    with SubprocessEnvManager(fns, N_WORKERS, EPW, context="fork", check_actions="strict") as envs:
         envs.reset(seed=0)
         actions = np.zeros((NUM_ENVS, 2), dtype=np.float32)
         for value, pattern in (
@@ -900,7 +900,9 @@ def test_calls_out_of_order(context: str, tmp_path: Path) -> None:
             envs.step(zeros)
         with pytest.raises(AlreadyPendingCallError):
             envs.reset()
-        with pytest.raises(AlreadyPendingCallError, match=r"in flight.*worker 0|worker 0.*in flight"):
+        with pytest.raises(
+            AlreadyPendingCallError, match=r"in flight.*worker 0|worker 0.*in flight"
+        ):
             envs.send(zeros[:2], [0, 1])
         *_, ids = envs.recv()
         np.testing.assert_array_equal(ids, [0, 1])

@@ -57,8 +57,8 @@ from gymnasium.vector.utils import batch_space
 
 import envmgr
 from envmgr import (
-    BrokenManagerError,
     AlreadyPendingCallError,
+    BrokenManagerError,
     BrokenWorkerError,
     ClosedManagerError,
     NoAsyncCallError,
@@ -72,7 +72,6 @@ from envmgr import (
 from envmgr.shared_memory import fits_shared_memory
 
 pytestmark = pytest.mark.timeout(60)
-
 
 
 def cartpole() -> gym.Env:  # type: ignore[type-arg]
@@ -141,8 +140,6 @@ def test_layout_of_one_factory() -> None:
         ([DictObsEnv] * 6, {"n_workers": 7}, r"6 env factories .*n_workers=7"),
         ([DictObsEnv] * 6, {"envs_per_worker": 4}, r"6 env factories .*envs_per_worker=4"),
         ([DictObsEnv] * 6, {"n_workers": 2, "envs_per_worker": 2}, r"2 \* 2 = 4.*6 env factories"),
-        ([DictObsEnv, "not a factory"], {}, r"env_fns\[1\] is 'not a factory'"),
-        ([DictObsEnv, None, DictObsEnv], {}, r"env_fns\[1\] is None"),
         ([], {}, "empty"),
         (DictObsEnv, {"n_workers": 0}, "n_workers must be a positive int"),
         (DictObsEnv, {"envs_per_worker": -1}, "envs_per_worker must be a positive int"),
@@ -156,6 +153,18 @@ def test_inconsistent_arguments_raise_value_error(
 ) -> None:
     with pytest.raises(ValueError, match=match):
         SubprocessEnvManager(env_fns, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("env_fns", "match"),
+    [
+        ([DictObsEnv, "not a factory"], r"env_fns\[1\] is the string 'not a factory'"),
+        ([DictObsEnv, None, DictObsEnv], r"env_fns\[1\] is None, not a zero-argument callable"),
+    ],
+)
+def test_non_factories_raise_type_error(env_fns: Any, match: str) -> None:
+    with pytest.raises(TypeError, match=match):
+        SubprocessEnvManager(env_fns)
 
 
 def test_num_envs_is_workers_times_envs_per_worker() -> None:
@@ -536,7 +545,7 @@ def test_unpicklable_info_raises_an_error_naming_the_worker() -> None:
 
 
 def test_bad_discrete_actions_raise_value_error_and_the_manager_stays_usable() -> None:
-    with SubprocessEnvManager(cartpole, 2, 2) as envs:
+    with SubprocessEnvManager(cartpole, 2, 2, check_actions="strict") as envs:
         envs.reset(seed=0)
         good = np.array([0, 1, 0, 1])
         with pytest.raises(ValueError, match=r"shape \(3,\).*\(4,\)"):
@@ -563,7 +572,7 @@ def test_float_action_for_discrete_names_the_env() -> None:
 
 
 def test_nan_box_action_raises_value_error_naming_the_env() -> None:
-    with SubprocessEnvManager(BoxActionEnv, 2, 2) as envs:
+    with SubprocessEnvManager(BoxActionEnv, 2, 2, check_actions="strict") as envs:
         envs.reset(seed=0)
         actions = np.zeros((4, 2), dtype=np.float32)
         actions[3, 1] = np.nan
@@ -578,7 +587,7 @@ def test_nan_box_action_raises_value_error_naming_the_env() -> None:
 
 
 def test_bad_multidiscrete_action_in_dict_env() -> None:
-    with SubprocessEnvManager(DictObsEnv, 2, 2) as envs:
+    with SubprocessEnvManager(DictObsEnv, 2, 2, check_actions="strict") as envs:
         envs.reset(seed=0)
         actions = np.zeros((4, 2), dtype=np.int64)
         actions[1, 1] = 4  # nvec is [3, 4]
@@ -588,19 +597,20 @@ def test_bad_multidiscrete_action_in_dict_env() -> None:
         envs.step(actions)
 
 
-def test_unchecked_actions_skip_validation() -> None:
-    """``check_actions=False``: an out-of-bounds action reaches the env unchanged (as in
-    SyncVectorEnv, which checks nothing); with the default it is refused."""
+def test_out_of_bounds_actions_reach_the_env_unless_strict() -> None:
+    """By default (and with ``check_actions="off"``) an out-of-bounds action reaches the env
+    unchanged, as in SyncVectorEnv; ``"strict"`` refuses it."""
     outside = np.full((2, 2), 5.0, dtype=np.float32)
     sync = SyncVectorEnv([BoxActionEnv] * 2)
     sync.reset(seed=0)
     want = sync.step(outside)
     sync.close()
-    with SubprocessEnvManager(BoxActionEnv, 1, 2, check_actions=False) as envs:
-        envs.reset(seed=0)
-        got = envs.step(outside)
-    assert_same(got, want)
-    with SubprocessEnvManager(BoxActionEnv, 1, 2) as envs:
+    for mode in ("safe", "off"):
+        with SubprocessEnvManager(BoxActionEnv, 1, 2, check_actions=mode) as envs:
+            envs.reset(seed=0)
+            got = envs.step(outside)
+        assert_same(got, want)
+    with SubprocessEnvManager(BoxActionEnv, 1, 2, check_actions="strict") as envs:
         envs.reset(seed=0)
         with pytest.raises(ValueError, match=r"env 0 \(worker 0\).*outside"):
             envs.step(outside)

@@ -262,18 +262,6 @@ def test_text_actions_are_checked_per_env() -> None:
     rejects(space, ("a",) * 5, "5 entries", "num_envs=6")
 
 
-def test_envs_per_worker_int_is_the_old_strict_call() -> None:
-    # ActionChecker(space, num_envs, envs_per_worker): the call made before `where` and the
-    # modes existed, meaning the full check.
-    checker = ActionChecker(spaces.Discrete(2), 6, 3)
-    assert checker.mode == "strict"
-    with pytest.raises(ValueError, match=r"env 4 \(worker 1\)"):
-        checker.check(np.array([0, 0, 0, 0, 2, 0]))
-    checker = ActionChecker(spaces.Discrete(2), 6, 1)
-    with pytest.raises(ValueError, match=r"env 4 \(worker 4\)"):
-        checker.check(np.array([0, 0, 0, 0, 2, 0]))
-
-
 def test_where_names_the_env_and_send_ids_map_rows_to_envs() -> None:
     checker = ActionChecker(spaces.Discrete(2), 2, lambda i: f"env {i} (worker {i - 7})", "strict")
     with pytest.raises(ValueError, match=r"the action for env 9 \(worker 2\) is 5,"):
