@@ -272,11 +272,12 @@ class BatchedVectorEnv(CallsMixin, VectorEnv):  # type: ignore[type-arg]
         self._shutdown(graceful=False)
         self.closed = True
 
-    def _raise_remote(self, err: Any) -> None:
+    def _raise_remote(self, err: Any, fatal: bool = False) -> None:
+        """Raise what a group reported; ``fatal``: the group exited after it (break first)."""
         exc = remote_exception(
             err, self._where(err.worker_index), self._env_range(err.worker_index)
         )
-        if err.phase == "make" or err.seq == -1:
+        if fatal or err.phase == "make" or err.seq == -1:
             self._break(exc)
         raise exc from RemoteTraceback(err.traceback)
 
@@ -298,7 +299,7 @@ class BatchedVectorEnv(CallsMixin, VectorEnv):  # type: ignore[type-arg]
         assert backend is not None
         got: Waited = backend.wait(seqs, timeout, need, phase)
         if got.fatal is not None:
-            self._raise_remote(got.fatal)
+            self._raise_remote(got.fatal, fatal=True)
         answers = got.answers
         replaced: dict[int, tuple[range, str]] = {}
         for g, lost in sorted(got.lost.items()) if got.lost else ():
@@ -306,8 +307,9 @@ class BatchedVectorEnv(CallsMixin, VectorEnv):  # type: ignore[type-arg]
                 self.failures.append(lost.failure)
                 self._break(lost.failure)
                 raise lost.failure
+            note = f"{self._where(g)}: {lost.reason}"  # names the group that failed
             answers[g] = self._recover(g, lost, None if resets is None else resets.get(g))
-            replaced[g] = (self._env_range(g), f"{self._where(g)}: {lost.reason}")
+            replaced[g] = (self._env_range(g), note)
         if got.errors:
             self._raise_remote(got.errors[0])
         return answers, replaced
@@ -354,7 +356,7 @@ class BatchedVectorEnv(CallsMixin, VectorEnv):  # type: ignore[type-arg]
                     backend.post({g: cmd})
                     got = backend.wait({g: seq}, self.start_timeout, None, "restart reset")
                     if got.fatal is not None:
-                        self._raise_remote(got.fatal)
+                        self._raise_remote(got.fatal, fatal=True)
                     if got.errors:
                         self._raise_remote(got.errors[0])
                     if g in got.answers:
