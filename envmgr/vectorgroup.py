@@ -52,6 +52,9 @@ class VectorEnvGroup(EnvGroup):
         self.env_spec = env.spec
         self._obs: Any = None
         self._reset_next = False
+        # One step call steps every env: its time is shared out per env when published.
+        self._seconds = 0.0
+        self._calls = 0
 
     def step(self, actions: Any) -> Infos:
         n = self.n
@@ -72,12 +75,15 @@ class VectorEnvGroup(EnvGroup):
         dt = perf_counter() - t0
         self._store(obs)
         self._publish(rewards, terms, truncs)
-        share = dt / n
-        self.env_sec = [s + share for s in self.env_sec]
-        self.env_cnt = [c + 1 for c in self.env_cnt]
+        self._seconds += dt
+        self._calls += 1
         self.timers.step_env.add_time(dt, 1)
         self.timers.step.add_time(perf_counter() - t0)
         return unbatched(vinfos, n)
+
+    def _publish_env_times(self, views: dict[str, Any]) -> None:
+        views["env_seconds"][:] = self._seconds / self.n
+        views["env_steps"][:] = self._calls
 
     def _store(self, obs: Any) -> None:
         if self.views.get("observations") is not None:
