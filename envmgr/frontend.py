@@ -49,7 +49,7 @@ from envmgr.options import DEFAULT_START_TIMEOUT, DEFAULT_TIMER_INTERVAL, FrontE
 from envmgr.restarts import RestartBudget
 from envmgr.shared_memory import SharedBuffers
 from envmgr.timer_merge import WorkerTimers
-from envmgr.validation import check_mode, reset_arguments
+from envmgr.validation import reset_arguments
 
 __all__ = ["BatchedVectorEnv", "FrontEndOptions", "RESTARTED_INFO_KEY"]
 
@@ -255,6 +255,10 @@ class BatchedVectorEnv(CallsMixin, VectorEnv):  # type: ignore[type-arg]
             answers[g] = self._recover(g, lost, None if resets is None else resets.get(g))
             replaced[g] = (self._env_range(g), note)
         if got.errors:
+            # Every group that answered, even with an error, is done with its send():
+            # left in flight, it would block the reset that recovers from the error.
+            for g in (*answers, *(e.worker_index for e in got.errors)):
+                self._inflight.pop(g, None)
             self._raise_remote(got.errors[0])
         return answers, replaced
 
