@@ -500,8 +500,12 @@ class BatchedVectorEnv(CallsMixin, VectorEnv):  # type: ignore[type-arg]
         if len(answers) == len(self._groups) and not self._inflight:
             self._worker_timers.shipped()
 
-    def _flush_timers(self) -> None:
-        """Pull every group's unshipped timings into the current target."""
+    def _flush_timers(self, timeout: float | None = None) -> None:
+        """Pull every group's unshipped timings into the current target.
+
+        Args:
+            timeout: Seconds to wait for the groups; default ``step_timeout``.
+        """
         if (
             not self._worker_timers.unshipped
             or self._pending is not None
@@ -513,7 +517,9 @@ class BatchedVectorEnv(CallsMixin, VectorEnv):  # type: ignore[type-arg]
         seq = self._next_seq()
         backend.post({g: FlushTimers(seq) for g in self._groups})
         answers, _ = self._await(
-            dict.fromkeys(self._groups, seq), self.step_timeout, "flush_timers"
+            dict.fromkeys(self._groups, seq),
+            self.step_timeout if timeout is None else timeout,
+            "flush_timers",
         )
         self._merge_timers(answers)
 
@@ -537,13 +543,17 @@ class BatchedVectorEnv(CallsMixin, VectorEnv):  # type: ignore[type-arg]
 
     def close(self, **kwargs: Any) -> None:
         """Stop every group and free the batch arrays. Idempotent; safe after failures."""
+        self._close(flush=True)
+
+    def _close(self, flush: bool) -> None:
         try:
-            if not self.closed and self._pending is None and not self._inflight:
+            if flush and not self.closed and self._pending is None and not self._inflight:
                 self._closing = True  # a lost group is not replaced just to flush timers
                 try:
-                    self._flush_timers()
+                    # Bounded: timings are a courtesy at close, never a reason to hang.
+                    self._flush_timers(getattr(self._backend, "close_timeout", 5.0))
                 except Exception:
-                    pass  # timings are a courtesy at close; never block shutdown on them
+                    pass
         finally:
             self._shutdown(graceful=True)
             self.closed = True
@@ -566,8 +576,10 @@ class BatchedVectorEnv(CallsMixin, VectorEnv):  # type: ignore[type-arg]
     def __enter__(self) -> Any:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        # An exception leaving the block (Ctrl-C above all) may have cut a pipe read off
+        # mid-message: ask the groups for nothing more (no timer flush), just stop them.
+        self._close(flush=exc_type is None)
 
     def __del__(self) -> None:
         # Safety net only: the interpreter may be half torn down here.
