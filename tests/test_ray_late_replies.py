@@ -45,20 +45,6 @@ else:
     pytest.importorskip("ray", reason='pip install "envmgr[ray]" to run the Ray backend tests')
 
 
-#: Found by these tests (2026-12-01): when one actor misses the deadline of a batch
-#: call, RayEnvManager's wait first sleeps until the deadline for *every* answer,
-#: then treats every actor as past its deadline, replacing (or, without restarts,
-#: blaming) the healthy actor whose answer is already in. It happens whenever
-#: ``ray.get``'s timeout returns at or after the deadline (most runs, not all, so
-#: the marker is not strict). Both tests pass with the wait checking which answers
-#: are ready before applying deadlines; remove the marker with that fix.
-HEALTHY_ACTOR_BLAMED = pytest.mark.xfail(
-    strict=False,
-    raises=AssertionError,
-    reason="RayEnvManager times out the healthy actor too when another one hangs",
-)
-
-
 @pytest.fixture(scope="module", autouse=True)
 def fault_envs_by_value() -> Iterator[None]:
     """Ray workers cannot import tests/ modules: ship the fault envs by value, for this
@@ -113,7 +99,6 @@ def release_and_wait_for_the_old_actor(tmp_path: Path) -> None:
     assert not left, f"the timed-out actor's process is still running: {left}"
 
 
-@HEALTHY_ACTOR_BLAMED
 def test_a_step_answered_after_its_timeout_is_dropped_with_restarts(
     ray_instance: Any, tmp_path: Path
 ) -> None:
@@ -148,7 +133,6 @@ def test_a_step_answered_after_its_timeout_is_dropped_with_restarts(
     sync.close()
 
 
-@HEALTHY_ACTOR_BLAMED
 def test_a_caller_retrying_after_a_timeout_gets_an_error_not_a_late_batch(
     ray_instance: Any, tmp_path: Path
 ) -> None:
