@@ -17,7 +17,6 @@ import re
 import signal
 import subprocess
 import sys
-import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -47,7 +46,6 @@ from stable_baselines3.common.vec_env import (  # noqa: E402
     VecTransposeImage,
 )
 
-from envmgr import SubprocessEnvManager  # noqa: E402
 from envmgr.integrations.sb3 import EnvmgrVecEnv  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)
@@ -60,12 +58,6 @@ REPO = Path(__file__).resolve().parent.parent
 
 #: The manager's per-env targets and uneven splits (issue 10) are not merged yet on
 #: every branch; tests that need them are expected to fail until they are.
-HAS_CORE_TARGETS = hasattr(SubprocessEnvManager, "apply")
-needs_core_targets = pytest.mark.xfail(
-    not HAS_CORE_TARGETS,
-    reason="needs SubprocessEnvManager.apply(env_ids=...) and uneven splits (issue 10)",
-    strict=True,
-)
 
 
 # ------------------------------------------------------------------ envs
@@ -373,7 +365,6 @@ def test_env_is_wrapped_sees_the_users_wrappers_only() -> None:
         assert venv.env_is_wrapped(gym.wrappers.RecordEpisodeStatistics) == [False] * 3
 
 
-@needs_core_targets
 def test_requests_for_some_envs_leave_other_workers_alone() -> None:
     # Worker 1 is frozen (SIGSTOP): a request for worker 0's envs must not wait on it.
     with EnvmgrVecEnv([space_env("box")] * 4, n_workers=2, step_timeout=2.0) as venv:
@@ -435,7 +426,6 @@ def test_default_workers_are_min_of_envs_and_cores() -> None:
         assert venv.manager.n_workers == 1
 
 
-@needs_core_targets
 def test_uneven_split_over_workers() -> None:
     fns = [rich_env(i) for i in range(5)]
     with pair(fns, n_workers=2) as (ours, dummy):
@@ -580,13 +570,3 @@ def test_example_runs_with_tiny_budget(tmp_path: Path) -> None:
     assert "Traceback" not in proc.stderr, proc.stderr
     assert "worker_0" in proc.stdout and "collect_rollouts" in proc.stdout
     assert "not solved" in proc.stdout
-
-
-def test_uneven_request_without_core_support_warns() -> None:
-    if HAS_CORE_TARGETS:
-        pytest.skip("the manager splits unevenly: nothing to fall back on")
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        with EnvmgrVecEnv([cartpole] * 3, n_workers=2) as venv:
-            assert venv.manager.n_workers == 1
-    assert any("do not split evenly" in str(w.message) for w in caught)

@@ -18,7 +18,7 @@ as ``SubprocVecEnv``'s worker does, for ``get_attr``, ``env_method`` and friends
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
@@ -68,16 +68,6 @@ class SB3Shim(gym.Wrapper):  # type: ignore[type-arg]
         extra = {"options": options} if options else {}
         obs, info = self.env.reset(seed=seed, **extra)
         return obs, ({INFO_KEY: Opaque(info)} if info else {})
-
-    def envmgr_sb3_apply(self, targets: Sequence[int], fn: Callable[..., Any], *args: Any) -> Any:
-        """``fn(inner env, *args)`` if this env is one of ``targets``, else ``None``.
-
-        Lets the adapter reach chosen envs through the manager's plain ``call``
-        (which runs on every env) until the manager has ``apply(env_ids=...)``.
-        """
-        if self._envmgr_index not in targets:
-            return None
-        return fn(self.env, *args)
 
 
 class ShimFactory:

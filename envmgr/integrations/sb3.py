@@ -303,51 +303,23 @@ def _rows(infos: dict[str, Any], key: str, among: np.ndarray | None = None) -> l
     return np.flatnonzero(mask).tolist()  # type: ignore[no-any-return]
 
 
-# ---------------------------------------------------------------- core API in waiting
-# The manager is gaining per-env targets (apply(fn, ..., env_ids=...)) and uneven
-# splits. Until it has them, these two functions fall back on today's API.
-
-
 def _targets(
     manager: SubprocessEnvManager,
     env_ids: list[int],
     fn: Callable[..., Any],
     args: tuple[Any, ...],
 ) -> list[Any]:
-    """``fn(user env, *args)`` for envs ``env_ids`` (distinct, ascending), in that order.
-
-    With the manager's ``apply`` only the workers owning those envs are contacted.
-    Fallback: a ``call`` to every env, on which each env's shim runs ``fn`` only
-    if it is one of ``env_ids`` (so no other env is touched, but every worker is).
-    """
-    apply = getattr(manager, "apply", None)
-    if apply is not None:
-        return list(apply(remote.on_user_env, fn, *args, env_ids=env_ids))
-    results = manager.call("envmgr_sb3_apply", frozenset(env_ids), fn, *args)
-    return [results[i] for i in env_ids]
+    """``fn(user env, *args)`` for envs ``env_ids`` (distinct, ascending), in that order;
+    only the workers owning those envs are contacted."""
+    return list(manager.apply(remote.on_user_env, fn, *args, env_ids=env_ids))
 
 
 def _worker_count(num_envs: int, n_workers: int | None) -> int:
-    """Workers for ``num_envs`` envs: ``n_workers``, or ``min(num_envs, cpu_count)``.
-
-    Fallback while the manager splits envs evenly only: the largest count up to
-    the requested one that divides ``num_envs``, with a warning if that is fewer.
-    """
-    asked = n_workers is not None
+    """Workers for ``num_envs`` envs: ``n_workers``, or ``min(num_envs, cpu_count)``."""
     if n_workers is None:
-        n_workers = min(num_envs, os.cpu_count() or 1)
-    elif isinstance(n_workers, bool) or not isinstance(n_workers, int) or n_workers < 1:
+        return min(num_envs, os.cpu_count() or 1)
+    if isinstance(n_workers, bool) or not isinstance(n_workers, int) or n_workers < 1:
         raise ValueError(f"n_workers must be a positive int, got {n_workers!r}")
     if n_workers > num_envs:
         raise ValueError(f"n_workers={n_workers} is more than the {num_envs} envs given")
-    if num_envs % n_workers == 0 or hasattr(SubprocessEnvManager, "apply"):
-        return n_workers
-    even = max(d for d in range(1, n_workers + 1) if num_envs % d == 0)
-    if asked:
-        warnings.warn(
-            f"{num_envs} envs do not split evenly over {n_workers} workers in this envmgr "
-            f"version: using {even} workers",
-            RuntimeWarning,
-            stacklevel=3,
-        )
-    return even
+    return n_workers
