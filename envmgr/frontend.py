@@ -154,10 +154,14 @@ class BatchedVectorEnv(CallsMixin, VectorEnv):  # type: ignore[type-arg]
         self._groups = list(range(self._layout.n_groups))
         interval = options.get("timer_interval", DEFAULT_TIMER_INTERVAL)
         self._worker_timers = WorkerTimers(interval, self._flush_timers)
-        self._adopt(backend.start(), options)
-        self._buffers: SharedBuffers | None = backend.attach(
-            self.single_observation_space, self.single_action_space
-        )
+        # Start-up is a node of its own, so it is not charged to the first reset or step.
+        with timers.hierarchical_timer(f"start_{self.group_noun}") as started:
+            readies = backend.start()
+            self._adopt(readies, options)
+            self._buffers: SharedBuffers | None = backend.attach(
+                self.single_observation_space, self.single_action_space
+            )
+        self._merge_start(started, readies)
         self._reader: BatchReader | None = BatchReader(
             self._buffers,
             self._layout.starts,
@@ -336,14 +340,15 @@ class BatchedVectorEnv(CallsMixin, VectorEnv):  # type: ignore[type-arg]
                 raise broken from first
             with timers.hierarchical_timer(
                 f"restart_{self.group_noun[:-1]}_{g}", self._worker_timers.stack
-            ):
+            ) as restarted:
                 try:
                     again = backend.replace(g, self.start_timeout)
                 except BaseException as exc:  # the replacement's factory raised
                     self._break(exc)
                     raise
                 self._budget.done(g)
-                if again is None:
+                if isinstance(again, Ready):
+                    self._merge_start(restarted, {g: again})
                     seq = self._next_seq()
                     if reset is None:
                         next_step = self.autoreset_mode == AutoresetMode.NEXT_STEP
@@ -549,6 +554,15 @@ class BatchedVectorEnv(CallsMixin, VectorEnv):  # type: ignore[type-arg]
         )
         if len(answers) == len(self._groups) and not self._inflight:
             self._worker_timers.shipped()
+
+    def _merge_start(self, node: Any, readies: Sequence[Ready] | dict[int, Ready]) -> None:
+        """Merge the groups' start-up trees (shipped in their Ready) under ``node``."""
+        backend = self._backend
+        assert backend is not None
+        items = readies.items() if isinstance(readies, dict) else enumerate(readies)
+        self._worker_timers.merge(
+            ((backend.timer_name(g), r.timer_root, r.gauges) for g, r in items), node
+        )
 
     def _flush_timers(self) -> None:
         """Pull every group's unshipped timings into the current target."""
