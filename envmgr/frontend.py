@@ -74,8 +74,8 @@ class FrontEndOptions(TypedDict, total=False):
             batched env hosted per worker or actor: one ``step`` call per group per
             batch). Needs ``num_envs``.
         copy: Return copies of the observations (default). With ``False`` they are
-            read-only views that the next ``step``/``reset`` overwrites: copy what
-            you keep.
+            views of the batch arrays, writable as ``AsyncVectorEnv``'s, that the next
+            ``step``/``reset`` overwrites: copy what you keep.
         autoreset_mode: Gymnasium autoreset mode; next-step by default.
         check_actions: How actions are checked before they are sent: ``"safe"``
             (default: structure, shape and a castable dtype, as ``AsyncVectorEnv``
@@ -225,7 +225,11 @@ class BatchedVectorEnv(CallsMixin, VectorEnv):  # type: ignore[type-arg]
 
     def _check_usable(self, name: str) -> Backend:
         if self._user_closed or (self.closed and self._failure is None):
-            raise ClosedManagerError(f"cannot {name}: the manager is closed")
+            # AsyncVectorEnv's message (with this class's name), then which call it was.
+            raise ClosedManagerError(
+                f"Trying to operate on `{type(self).__name__}`, after a call to `close()`. "
+                f"(cannot {name}: the manager is closed)"
+            )
         failure = self._failure
         if failure is not None:
             w = getattr(failure, "worker_index", -1)
@@ -241,8 +245,12 @@ class BatchedVectorEnv(CallsMixin, VectorEnv):  # type: ignore[type-arg]
         backend = self._check_usable(name)
         if self._pending is not None:
             kind = self._pending.kind.value
+            # AsyncVectorEnv's message, to the letter (its reset_async has no full stop).
+            stop = "" if name == "reset_async" else "."
             raise AlreadyPendingCallError(
-                f"cannot {name} while a {kind} call is pending: call {kind}_wait() first", kind
+                f"Calling `{name}` while waiting for a pending call to `{kind}` to "
+                f"complete{stop} (call {kind}_wait() first)",
+                kind,
             )
         if self._inflight:
             raise AlreadyPendingCallError(
@@ -258,8 +266,9 @@ class BatchedVectorEnv(CallsMixin, VectorEnv):  # type: ignore[type-arg]
         call = self._pending
         if call is None or call.kind is not kind:
             other = "" if call is None else f" (a {call.kind.value} call is pending)"
-            raise NoAsyncCallError(
-                f"{kind.value}_wait() called without a pending {kind.value}_async(){other}",
+            raise NoAsyncCallError(  # AsyncVectorEnv's message, then what is pending
+                f"Calling `{kind.value}_wait` without any prior call to "
+                f"`{kind.value}_async`.{other}",
                 kind.value,
             )
         self._pending = None
