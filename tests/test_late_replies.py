@@ -33,7 +33,6 @@ import pytest
 from fault_envs import process_token, wait_gone
 from test_faults import (
     AT_STEP,
-    BROKEN_ERROR,
     FAULT_ENV,
     NUM_ENVS,
     SEED,
@@ -48,7 +47,7 @@ from test_faults import (
     wait_until,
 )
 
-from envmgr import SubprocessEnvManager, WorkerTimeoutError
+from envmgr import BrokenManagerError, SubprocessEnvManager, WorkerTimeoutError
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -186,6 +185,6 @@ def test_a_caller_retrying_after_a_timeout_gets_an_error_not_a_late_batch(
         # hold step 1, which only a late write could change.
         np.testing.assert_array_equal(got[0][2:], held[2:], err_msg="a late write changed a batch")
         for retry in (lambda: envs.step(cut), lambda: envs.step_wait(), lambda: envs.recv()):
-            with pytest.raises(BROKEN_ERROR):
+            with pytest.raises(BrokenManagerError):
                 retry()
     sync.close()

@@ -23,7 +23,6 @@ import pytest
 from fault_envs import process_token, wait_gone
 from test_faults import (
     AT_STEP,
-    BROKEN_ERROR,
     FAULT_ENV,
     NUM_ENVS,
     SEED,
@@ -34,7 +33,7 @@ from test_faults import (
     wait_until,
 )
 
-from envmgr import WorkerTimeoutError
+from envmgr import BrokenManagerError, WorkerTimeoutError
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -154,6 +153,6 @@ def test_a_caller_retrying_after_a_timeout_gets_an_error_not_a_late_batch(
         assert f"did not answer step within {STEP_TIMEOUT}" in str(ei.value)
         release_and_wait_for_the_old_actor(tmp_path)
         for retry in (lambda: envs.step(cut), lambda: envs.step_wait(), lambda: envs.recv()):
-            with pytest.raises(BROKEN_ERROR):
+            with pytest.raises(BrokenManagerError):
                 retry()
         assert ei.value.worker_index == 1, f"the healthy actor was blamed: {ei.value}"
