@@ -8,6 +8,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
+from conftest import Backend
 from envs import DictObsEnv
 from fault_envs import fault_env_fns
 
@@ -98,3 +99,26 @@ def test_a_replacement_workers_start_up_lands_under_its_restart_node(
     for name, node in _node(tree, "loop", "workers")["children"].items():
         if name.startswith("worker_"):
             assert "make_envs" not in node.get("children", {}), name
+
+
+def test_start_up_and_counts_on_both_backends(backend: Backend, fresh_timers: None) -> None:
+    n_steps = 5
+    with backend(DictObsEnv, 2, 2, timer_interval=3600.0) as envs:
+        envs.reset(seed=0)
+        actions = [envs.action_space.sample() for _ in range(n_steps)]
+        with timers.hierarchical_timer("loop"):
+            for a in actions:
+                envs.step(a)
+        tree = timers.get_timer_tree()
+    (start_name,) = [k for k in tree["children"] if k.startswith("start_")]
+    groups = tree["children"][start_name]["children"]
+    names = sorted(k for k in groups if k != "worker_root")
+    assert len(names) == 2, groups.keys()
+    assert groups["worker_root"]["count"] == 2
+    for name in names:
+        assert groups[name]["count"] == 1 and _node(groups[name], "make_envs")["count"] == 1
+    stepped = _node(tree, "loop", "workers")
+    assert stepped["children"]["worker_root"]["count"] == 2 * n_steps
+    for name in names:
+        assert stepped["children"][name]["count"] == n_steps, name
+        assert "make_envs" not in stepped["children"][name].get("children", {})
