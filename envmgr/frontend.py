@@ -161,7 +161,7 @@ class BatchedVectorEnv(CallsMixin, VectorEnv):  # type: ignore[type-arg]
             self._buffers: SharedBuffers | None = backend.attach(
                 self.single_observation_space, self.single_action_space
             )
-        self._merge_start(started, readies)
+        self._merge_start(started, dict(enumerate(readies)))
         self._reader: BatchReader | None = BatchReader(
             self._buffers,
             self._layout.starts,
@@ -564,13 +564,12 @@ class BatchedVectorEnv(CallsMixin, VectorEnv):  # type: ignore[type-arg]
         if len(answers) == len(self._groups) and not self._inflight:
             self._worker_timers.shipped()
 
-    def _merge_start(self, node: Any, readies: Sequence[Ready] | dict[int, Ready]) -> None:
+    def _merge_start(self, node: Any, readies: dict[int, Ready]) -> None:
         """Merge the groups' start-up trees (shipped in their Ready) under ``node``."""
         backend = self._backend
         assert backend is not None
-        items = readies.items() if isinstance(readies, dict) else enumerate(readies)
         self._worker_timers.merge(
-            ((backend.timer_name(g), r.timer_root, r.gauges) for g, r in items), node
+            ((backend.timer_name(g), r.timer_root, r.gauges) for g, r in readies.items()), node
         )
 
     def _flush_timers(self) -> None:
