@@ -49,7 +49,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
 
 from envmgr.integrations.sb3 import EnvmgrVecEnv
 
-DEFAULT_CONFIGS = "dummy,subproc,envmgr,envmgr-1x8-nocheck-pspin"
+DEFAULT_CONFIGS = "dummy,subproc,envmgr,envmgr-1x8-nocheck"
 
 
 def make_cartpole() -> gym.Env[Any, Any]:

@@ -38,7 +38,7 @@ from envmgr.shared_memory import SharedBuffers
 __all__ = ["Backend", "Lost", "Waited", "remote_exception", "group_shares"]
 
 
-@dataclass
+@dataclass(slots=True)
 class Lost:
     """A group that died or overran its deadline.
 
@@ -51,7 +51,7 @@ class Lost:
     failure: WorkerFailure
 
 
-@dataclass
+@dataclass(slots=True)
 class Waited:
     """What :meth:`Backend.wait` found.
 

@@ -10,7 +10,7 @@ per-env call API: only the groups owning the chosen envs are contacted.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Protocol
 
@@ -32,7 +32,7 @@ class CallKind(Enum):
     CALL = "call"
 
 
-@dataclass
+@dataclass(slots=True)
 class PendingCall:
     """A call sent to some groups whose answers are not read yet.
 
@@ -49,9 +49,9 @@ class PendingCall:
     kind: CallKind
     seqs: dict[int, int]
     ship: bool = False
-    commands: dict[int, Any] = field(default_factory=dict)
+    commands: dict[int, Any] | None = None
     phase: str = ""
-    order: list[tuple[int, int]] = field(default_factory=list)
+    order: tuple[tuple[int, int], ...] | list[tuple[int, int]] = ()
 
 
 def targets_of(

@@ -90,18 +90,21 @@ def _demo(args: argparse.Namespace) -> int:
     env_id = spec.id
     timers.reset_timers()
     try:
+        per_worker = args.envs_per_worker or (1024 if args.vector else 16)
         envs = make(
             spec,
-            args.workers * args.envs_per_worker,
+            args.workers * per_worker,
             n_workers=args.workers,
+            vectorization_mode="vector_entry_point" if args.vector else None,
             vector_kwargs={"context": args.context},
         )
     except EnvMgrError as exc:
         raise _CommandError(f"cannot start the workers: {_one_line(exc)}") from None
     with envs:
+        hosted = " (one batched env per worker)" if args.vector else ""
         print(
-            f"{envs!r}: {envs.num_envs} x {env_id} in {envs.n_workers} worker processes "
-            f"(start method {envs.context}), stepping for {args.seconds:g} s ..."
+            f"{envs!r}: {envs.num_envs} x {env_id} in {envs.n_workers} worker processes"
+            f"{hosted} (start method {envs.context}), stepping for {args.seconds:g} s ..."
         )
         envs.action_space.seed(0)
         steps = 0
@@ -423,8 +426,14 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--envs-per-worker",
         type=_positive_int,
-        default=16,
-        help="envs per worker (default: %(default)s)",
+        default=None,
+        help="envs per worker (default: 16, or 1024 with --vector)",
+    )
+    demo.add_argument(
+        "--vector",
+        action="store_true",
+        help="host one batched env per worker (the id's vector entry point, e.g. CartPole's "
+        "numpy-batched CartPoleVectorEnv) instead of single envs",
     )
     demo.add_argument(
         "--seconds",

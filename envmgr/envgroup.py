@@ -233,11 +233,13 @@ class EnvGroup(ABC):
 
     def take_timers(self) -> tuple[TimerNode, dict[str, GaugeNode]]:
         """The group's tree since the last shipment; publishes the per-env step times too."""
-        views = self.views
-        if views:
-            views["env_seconds"][:] = self.env_sec
-            views["env_steps"][:] = self.env_cnt
+        if self.views:
+            self._publish_env_times(self.views)
         return self.timers.take()
+
+    def _publish_env_times(self, views: dict[str, Any]) -> None:
+        views["env_seconds"][:] = self.env_sec
+        views["env_steps"][:] = self.env_cnt
 
     def _publish(self, rewards: Any, terms: Any, truncs: Any) -> None:
         views = self.views

@@ -22,8 +22,8 @@ raises :class:`~envmgr.errors.BrokenManagerError` caused by that failure;
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any, TypedDict
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
@@ -45,72 +45,16 @@ from envmgr.errors import (
 )
 from envmgr.layout import Layout
 from envmgr.messages import FlushTimers, Ready, Reset, StepResponse
+from envmgr.options import DEFAULT_START_TIMEOUT, DEFAULT_TIMER_INTERVAL, FrontEndOptions
 from envmgr.restarts import RestartBudget
 from envmgr.shared_memory import SharedBuffers
 from envmgr.timer_merge import WorkerTimers
-from envmgr.validation import check_mode, reset_arguments
+from envmgr.validation import reset_arguments
 
 __all__ = ["BatchedVectorEnv", "FrontEndOptions", "RESTARTED_INFO_KEY"]
 
 
 _Batch = tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]
-
-
-#: Seconds a group may take to build its envs, by default.
-DEFAULT_START_TIMEOUT = 120.0
-#: How often groups ship their timer trees during a steady stepping loop, by default.
-DEFAULT_TIMER_INTERVAL = 1.0
-
-
-class FrontEndOptions(TypedDict, total=False):
-    """The keyword arguments both managers take, documented once.
-
-    Attributes:
-        num_envs: Total envs, with a single factory or ``vector_fn``. Any
-            ``num_envs >= n_groups`` works: group ``g`` gets ``num_envs //
-            n_groups`` envs and the first ``num_envs % n_groups`` groups one more.
-        vector_fn: Instead of ``env_fns``: ``vector_fn(k) -> gymnasium.vector.VectorEnv``
-            with ``num_envs == k``, called once in each group for its ``k`` envs (a
-            batched env hosted per worker or actor: one ``step`` call per group per
-            batch). Needs ``num_envs``.
-        copy: Return copies of the observations (default). With ``False`` they are
-            views of the batch arrays, writable as ``AsyncVectorEnv``'s, that the next
-            ``step``/``reset`` overwrites: copy what you keep.
-        autoreset_mode: Gymnasium autoreset mode; next-step by default.
-        check_actions: How actions are checked before they are sent: ``"safe"``
-            (default: structure, shape and a castable dtype, as ``AsyncVectorEnv``
-            passes actions on), ``"strict"`` (also every value against the space)
-            or ``"off"``. ``True``/``False`` mean safe/off.
-        max_restarts: How many times each group may be replaced after it dies or
-            overruns ``step_timeout``. A replaced group rebuilds its envs from their
-            factories and resets them; the step returns with those envs truncated
-            and ``infos["envmgr_restarted"]`` giving the reason. ``0`` (default): a
-            failure breaks the manager and raises; every later call raises
-            :class:`~envmgr.errors.BrokenManagerError`, caused by it.
-        restart_window: Count restarts only within this many seconds (a rate
-            limit); ``None`` counts over the manager's lifetime.
-        start_timeout: Seconds a group may take to start and build its envs.
-        timer_interval: Seconds between timer-tree shipments from the groups while
-            stepping; reads of the timer tree always pull in the rest first.
-    """
-
-    num_envs: int | None
-    vector_fn: Callable[[int], VectorEnv] | None  # type: ignore[type-arg]
-    copy: bool
-    autoreset_mode: str | AutoresetMode | None
-    check_actions: str | bool
-    max_restarts: int
-    restart_window: float | None
-    start_timeout: float | None
-    timer_interval: float
-
-
-def check_options(owner: str, options: dict[str, Any]) -> None:
-    """Refuse keyword arguments that are not :class:`FrontEndOptions`."""
-    unknown = sorted(set(options) - set(FrontEndOptions.__annotations__))
-    if unknown:
-        raise TypeError(f"{owner}() got an unexpected keyword argument {unknown[0]!r}")
-    check_mode(options.get("check_actions", "safe"))  # a bad value fails before anything starts
 
 
 class BatchedVectorEnv(CallsMixin, VectorEnv):  # type: ignore[type-arg]
@@ -225,11 +169,7 @@ class BatchedVectorEnv(CallsMixin, VectorEnv):  # type: ignore[type-arg]
 
     def _check_usable(self, name: str) -> Backend:
         if self._user_closed or (self.closed and self._failure is None):
-            # AsyncVectorEnv's message (with this class's name), then which call it was.
-            raise ClosedManagerError(
-                f"Trying to operate on `{type(self).__name__}`, after a call to `close()`. "
-                f"(cannot {name}: the manager is closed)"
-            )
+            raise ClosedManagerError.on(type(self).__name__, name)
         failure = self._failure
         if failure is not None:
             w = getattr(failure, "worker_index", -1)
@@ -244,14 +184,7 @@ class BatchedVectorEnv(CallsMixin, VectorEnv):  # type: ignore[type-arg]
         """Refuse a new call while an ``*_async`` call or ``send()`` steps are outstanding."""
         backend = self._check_usable(name)
         if self._pending is not None:
-            kind = self._pending.kind.value
-            # AsyncVectorEnv's message, to the letter (its reset_async has no full stop).
-            stop = "" if name == "reset_async" else "."
-            raise AlreadyPendingCallError(
-                f"Calling `{name}` while waiting for a pending call to `{kind}` to "
-                f"complete{stop} (call {kind}_wait() first)",
-                kind,
-            )
+            raise AlreadyPendingCallError.on(name, self._pending.kind.value)
         if self._inflight:
             raise AlreadyPendingCallError(
                 f"cannot {name} while {self.group_noun} {sorted(self._inflight)} have send() "
@@ -265,12 +198,7 @@ class BatchedVectorEnv(CallsMixin, VectorEnv):  # type: ignore[type-arg]
         self._check_usable(f"{kind.value}_wait")
         call = self._pending
         if call is None or call.kind is not kind:
-            other = "" if call is None else f" (a {call.kind.value} call is pending)"
-            raise NoAsyncCallError(  # AsyncVectorEnv's message, then what is pending
-                f"Calling `{kind.value}_wait` without any prior call to "
-                f"`{kind.value}_async`.{other}",
-                kind.value,
-            )
+            raise NoAsyncCallError.on(kind.value, None if call is None else call.kind.value)
         self._pending = None
         return call
 
@@ -285,11 +213,12 @@ class BatchedVectorEnv(CallsMixin, VectorEnv):  # type: ignore[type-arg]
         self._shutdown(graceful=False)
         self.closed = True
 
-    def _raise_remote(self, err: Any) -> None:
+    def _raise_remote(self, err: Any, fatal: bool = False) -> None:
+        """Raise what a group reported; ``fatal``: the group exited after it (break first)."""
         exc = remote_exception(
             err, self._where(err.worker_index), self._env_range(err.worker_index)
         )
-        if err.phase == "make" or err.seq == -1:
+        if fatal or err.phase == "make" or err.seq == -1:
             self._break(exc)
         raise exc from RemoteTraceback(err.traceback)
 
@@ -311,7 +240,7 @@ class BatchedVectorEnv(CallsMixin, VectorEnv):  # type: ignore[type-arg]
         assert backend is not None
         got: Waited = backend.wait(seqs, timeout, need, phase)
         if got.fatal is not None:
-            self._raise_remote(got.fatal)
+            self._raise_remote(got.fatal, fatal=True)
         answers = got.answers
         replaced: dict[int, tuple[range, str]] = {}
         for g, lost in sorted(got.lost.items()) if got.lost else ():
@@ -319,9 +248,14 @@ class BatchedVectorEnv(CallsMixin, VectorEnv):  # type: ignore[type-arg]
                 self.failures.append(lost.failure)
                 self._break(lost.failure)
                 raise lost.failure
+            note = f"{self._where(g)}: {lost.reason}"  # names the group that failed
             answers[g] = self._recover(g, lost, None if resets is None else resets.get(g))
-            replaced[g] = (self._env_range(g), f"{self._where(g)}: {lost.reason}")
+            replaced[g] = (self._env_range(g), note)
         if got.errors:
+            # Every group that answered, even with an error, is done with its send():
+            # left in flight, it would block the reset that recovers from the error.
+            for g in (*answers, *(e.worker_index for e in got.errors)):
+                self._inflight.pop(g, None)
             self._raise_remote(got.errors[0])
         return answers, replaced
 
@@ -368,7 +302,7 @@ class BatchedVectorEnv(CallsMixin, VectorEnv):  # type: ignore[type-arg]
                     backend.post({g: cmd})
                     got = backend.wait({g: seq}, self.start_timeout, None, "restart reset")
                     if got.fatal is not None:
-                        self._raise_remote(got.fatal)
+                        self._raise_remote(got.fatal, fatal=True)
                     if got.errors:
                         self._raise_remote(got.errors[0])
                     if g in got.answers:

@@ -33,13 +33,9 @@ from gymnasium.vector import AutoresetMode
 
 from envmgr.envgroup import GroupSpec
 from envmgr.fork_safety import describe, fork_unsafe_threads
-from envmgr.frontend import (
-    DEFAULT_START_TIMEOUT,
-    BatchedVectorEnv,
-    FrontEndOptions,
-    check_options,
-)
+from envmgr.frontend import BatchedVectorEnv
 from envmgr.layout import Layout, resolve_layout
+from envmgr.options import DEFAULT_START_TIMEOUT, FrontEndOptions, check_options
 from envmgr.process_backend import ProcessBackend
 
 if TYPE_CHECKING:
@@ -148,7 +144,7 @@ class SubprocessEnvManager(BatchedVectorEnv):
         worker: ``AsyncVectorEnv``'s custom worker function is not supported;
             passing one raises ``TypeError``.
         **options: The arguments both managers take, documented in
-            :class:`~envmgr.frontend.FrontEndOptions`: ``num_envs``, ``vector_fn``
+            :class:`~envmgr.options.FrontEndOptions`: ``num_envs``, ``vector_fn``
             (a batched env hosted per worker), ``copy``, ``autoreset_mode``,
             ``check_actions``, ``max_restarts``, ``restart_window``,
             ``start_timeout``, ``timer_interval``.

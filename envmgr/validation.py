@@ -20,7 +20,7 @@
   space, so the per-step cost of ``"safe"`` is a shape comparison and a dtype lookup
   for the usual integer or float batch.
 * :func:`check_env_fns` - env factories, refusing an env instance with a hint.
-* :func:`reset_arguments`, :func:`whole_groups` - ``reset`` and ``send`` arguments.
+* :func:`reset_arguments` - ``reset``'s arguments.
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ __all__ = [
     "check_env_fns",
     "check_mode",
     "reset_arguments",
-    "whole_groups",
 ]
 
 ACTION_CHECK_MODES = ("safe", "strict", "off")
@@ -449,33 +448,3 @@ def reset_arguments(
                 f"got reset_mask={mask}"
             )
     return seeds, options, mask
-
-
-def whole_groups(
-    env_ids: Sequence[int] | np.ndarray | None, num_envs: int, per_group: int, noun: str
-) -> tuple[np.ndarray, list[int]]:
-    """Check that ``env_ids`` (for ``send``) cover whole groups of envs; return ids and groups.
-
-    Args:
-        env_ids: Global env indices, ``None`` for all.
-        num_envs: Batch size.
-        per_group: Envs per worker (or per actor).
-        noun: ``"workers"`` or ``"actors"``, for the message.
-
-    Raises:
-        ValueError: Ids out of range, or ids that split a group.
-    """
-    ids = np.arange(num_envs) if env_ids is None else np.asarray(env_ids, dtype=np.int64)
-    if ids.ndim != 1 or ids.size == 0 or ids.min() < 0 or ids.max() >= num_envs:
-        raise ValueError(
-            f"env_ids must be a non-empty list of env indices in [0, {num_envs}), "
-            f"got {ids.tolist()}"
-        )
-    groups = sorted(set((ids // per_group).tolist()))
-    expected = np.concatenate([np.arange(g * per_group, (g + 1) * per_group) for g in groups])
-    if not np.array_equal(np.sort(ids), expected):
-        raise ValueError(
-            f"env_ids must cover whole {noun} ({per_group} consecutive envs each, as recv "
-            f"returns them), got {ids.tolist()}"
-        )
-    return ids, groups

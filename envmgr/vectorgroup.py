@@ -9,7 +9,7 @@ backend's ``workers_per_actor > 1`` (the hosted env is a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from time import perf_counter
 from typing import Any
 
@@ -19,7 +19,7 @@ import numpy as np
 from envmgr.batching import tree_map
 from envmgr.envgroup import BuildFailed, EnvGroup, GroupSpec, Infos, unbatched, write_batch
 
-__all__ = ["VectorEnvGroup", "MakeVec"]
+__all__ = ["VectorEnvGroup"]
 
 
 class VectorEnvGroup(EnvGroup):
@@ -52,6 +52,9 @@ class VectorEnvGroup(EnvGroup):
         self.env_spec = env.spec
         self._obs: Any = None
         self._reset_next = False
+        # One step call steps every env: its time is shared out per env when published.
+        self._seconds = 0.0
+        self._calls = 0
 
     def step(self, actions: Any) -> Infos:
         n = self.n
@@ -72,12 +75,15 @@ class VectorEnvGroup(EnvGroup):
         dt = perf_counter() - t0
         self._store(obs)
         self._publish(rewards, terms, truncs)
-        share = dt / n
-        self.env_sec = [s + share for s in self.env_sec]
-        self.env_cnt = [c + 1 for c in self.env_cnt]
+        self._seconds += dt
+        self._calls += 1
         self.timers.step_env.add_time(dt, 1)
         self.timers.step.add_time(perf_counter() - t0)
         return unbatched(vinfos, n)
+
+    def _publish_env_times(self, views: dict[str, Any]) -> None:
+        views["env_seconds"][:] = self._seconds / self.n
+        views["env_steps"][:] = self._calls
 
     def _store(self, obs: Any) -> None:
         if self.views.get("observations") is not None:
@@ -181,49 +187,3 @@ def _close(env: Any) -> None:
         env.close()
     except Exception:
         pass
-
-
-class MakeVec:
-    """``vector_fn`` of ``envmgr.make(..., vectorization_mode=...)``: ``gymnasium.make_vec``
-    of a spec for each worker's share.
-
-    A plain class (not a closure) so its repr says what it builds and it pickles small.
-
-    Args:
-        spec: The env's spec (resolved in the parent, so user-registered ids work).
-        mode: ``"vector_entry_point"`` (the env's own batched class) or ``"sync"``.
-        vector_kwargs: Passed to ``make_vec`` as ``vector_kwargs``.
-        env_kwargs: Passed to ``make_vec`` (env constructor arguments).
-        wrappers: Per-env wrappers for ``make_vec`` (``"sync"`` only, as in Gymnasium).
-    """
-
-    def __init__(
-        self,
-        spec: Any,
-        mode: str,
-        vector_kwargs: Mapping[str, Any] | None = None,
-        env_kwargs: Mapping[str, Any] | None = None,
-        wrappers: Sequence[Callable[[Any], Any]] = (),
-    ) -> None:
-        if mode not in ("vector_entry_point", "sync"):
-            raise ValueError(
-                f"vectorization_mode={mode!r}: a worker hosts 'vector_entry_point' or 'sync' "
-                "(the manager itself is the asynchronous layer)"
-            )
-        self.spec, self.mode = spec, mode
-        self.vector_kwargs = dict(vector_kwargs or {})
-        self.env_kwargs = dict(env_kwargs or {})
-        self.wrappers = tuple(wrappers)
-
-    def __call__(self, num_envs: int) -> gym.vector.VectorEnv:  # type: ignore[type-arg]
-        return gym.make_vec(
-            self.spec,
-            num_envs=num_envs,
-            vectorization_mode=self.mode,
-            vector_kwargs=self.vector_kwargs or None,
-            wrappers=self.wrappers or None,
-            **self.env_kwargs,
-        )
-
-    def __repr__(self) -> str:
-        return f"MakeVec({getattr(self.spec, 'id', self.spec)!r}, {self.mode!r})"

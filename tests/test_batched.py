@@ -126,6 +126,8 @@ def test_timers_have_one_env_step_per_batch_call() -> None:
             for _ in range(25):
                 envs.step(np.zeros(8, dtype=np.int64))
         tree = timers.get_timer_tree()
+        seconds, steps = envs.env_step_seconds()  # one batch call counts for each env
+        assert (steps == 25).all() and (seconds > 0).all()
     timers.reset_timers()
     workers = tree["children"]["loop"]["children"]["workers"]["children"]
     for w in ("worker_0", "worker_1"):

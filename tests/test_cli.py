@@ -303,3 +303,18 @@ def test_demo_writes_json_and_prints_worker_summary(tmp_path: Path) -> None:
     # What the demo wrote reads back through every timers action.
     for action in ("show", "fold", "workers"):
         assert_ok(envmgr("timers", action, out))
+
+
+def test_demo_vector_hosts_one_batched_env_per_worker(tmp_path: Path) -> None:
+    out = tmp_path / "demo.json"
+    proc = envmgr(
+        "demo", "--vector", "--envs-per-worker", "64", "--seconds", "0.3", "--json", out,
+        cwd=tmp_path, timeout=100,
+    )  # fmt: skip
+    assert_ok(proc)
+    assert "128 x CartPole-v1 in 2 worker processes (one batched env per worker)" in proc.stdout
+    tree = load_tree(out)
+    worker = tree["children"]["training_loop"]["children"]["env_step"]["children"]["workers"]
+    step = worker["children"]["worker_0"]["children"]["step"]
+    # One env.step call per batch step in a worker hosting a batched env.
+    assert step["children"]["env.step"]["count"] == step["count"]

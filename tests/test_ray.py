@@ -190,7 +190,8 @@ def test_manager_that_started_ray_stops_it_on_close() -> None:
 def test_api_spaces_and_call_order(ray: Any) -> None:
     from gymnasium.vector.utils import batch_space
 
-    envs = _manager(n_actors=2, envs_per_actor=3)
+    # "strict": the default ("safe") would pass the out-of-range action below to the env.
+    envs = _manager(n_actors=2, envs_per_actor=3, check_actions="strict")
     with envs:
         assert envs.num_envs == 6 and envs.n_actors == 2 and envs.envs_per_actor == 3
         single = make_cartpole()

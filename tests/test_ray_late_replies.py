@@ -44,19 +44,29 @@ if os.environ.get("ENVMGR_REQUIRE_RAY") == "1":
 else:
     pytest.importorskip("ray", reason='pip install "envmgr[ray]" to run the Ray backend tests')
 
-# Ray workers cannot import tests/ modules: ship the fault envs by value.
-cloudpickle.register_pickle_by_value(fault_envs)
 
 #: Found by these tests (2026-12-01): when one actor misses the deadline of a batch
 #: call, RayEnvManager's wait first sleeps until the deadline for *every* answer,
 #: then treats every actor as past its deadline, replacing (or, without restarts,
-#: blaming) the healthy actor whose answer is already in. Remove the marker once
-#: the wait checks which answers are ready before applying deadlines.
+#: blaming) the healthy actor whose answer is already in. It happens whenever
+#: ``ray.get``'s timeout returns at or after the deadline (most runs, not all, so
+#: the marker is not strict). Both tests pass with the wait checking which answers
+#: are ready before applying deadlines; remove the marker with that fix.
 HEALTHY_ACTOR_BLAMED = pytest.mark.xfail(
-    strict=True,
+    strict=False,
     raises=AssertionError,
     reason="RayEnvManager times out the healthy actor too when another one hangs",
 )
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fault_envs_by_value() -> Iterator[None]:
+    """Ray workers cannot import tests/ modules: ship the fault envs by value, for this
+    module only (registered at import, it would change every other module's
+    pickles and tracebacks too)."""
+    cloudpickle.register_pickle_by_value(fault_envs)
+    yield
+    cloudpickle.unregister_pickle_by_value(fault_envs)
 
 
 @pytest.fixture(scope="module")

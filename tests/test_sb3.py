@@ -13,6 +13,7 @@ Skipped as a whole when Stable-Baselines3 is not installed
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -34,7 +35,6 @@ sb3 = pytest.importorskip(
     reason='Stable-Baselines3 is not installed: pip install "envmgr[sb3]" to run these tests',
 )
 
-from stable_baselines3 import PPO  # noqa: E402
 from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
 from stable_baselines3.common.monitor import Monitor  # noqa: E402
 from stable_baselines3.common.vec_env import (  # noqa: E402
@@ -518,30 +518,58 @@ def test_make_vec_env_with_envmgr_vec_env() -> None:
 # ------------------------------------------------------------------ training
 
 
-def test_ppo_learns_identical_parameters_through_envmgr_and_dummy_vec_env() -> None:
-    import torch
+PPO_IDENTITY = """
+import gymnasium as gym
+import torch
+from stable_baselines3 import PPO
+from stable_baselines3.common.vec_env import DummyVecEnv
 
-    def train(venv: VecEnv) -> dict[str, Any]:
-        model = PPO("MlpPolicy", venv, seed=0, n_steps=128, batch_size=64, n_epochs=3, device="cpu")
-        model.learn(2048)
-        return {k: v.clone() for k, v in model.policy.state_dict().items()}
+from envmgr.integrations.sb3 import EnvmgrVecEnv
 
-    with EnvmgrVecEnv([cartpole] * 4, n_workers=2) as ours:
-        learned = train(ours)
-    reference = train(DummyVecEnv([cartpole] * 4))
-    assert learned.keys() == reference.keys()
-    for name, value in reference.items():
-        assert torch.equal(learned[name], value), name
-    # And training moved the parameters at all.
-    untrained = PPO("MlpPolicy", DummyVecEnv([cartpole]), seed=0, device="cpu")
-    assert not torch.equal(untrained.policy.state_dict()[name], reference[name])
+torch.set_num_threads(1)  # the same arithmetic either way; one thread is faster on 2 busy cores
+
+
+def cartpole():
+    return gym.make("CartPole-v1")
+
+
+def train(venv):
+    model = PPO("MlpPolicy", venv, seed=0, n_steps=128, batch_size=64, n_epochs=3, device="cpu")
+    model.learn(2048)
+    return model.policy.state_dict()
+
+
+with EnvmgrVecEnv([cartpole] * 4, n_workers=2) as ours:
+    learned = train(ours)
+reference = train(DummyVecEnv([cartpole] * 4))
+assert learned.keys() == reference.keys()
+for name, value in reference.items():
+    assert torch.equal(learned[name], value), name
+untrained = PPO("MlpPolicy", DummyVecEnv([cartpole]), seed=0, device="cpu").policy.state_dict()
+moved = [name for name in reference if not torch.equal(untrained[name], reference[name])]
+print(f"identical: {len(reference)} tensors, {len(moved)} moved by training")
+"""
+
+
+@pytest.mark.timeout(180)
+def test_ppo_learns_identical_parameters_through_envmgr_and_dummy_vec_env(
+    run_python: Callable[..., subprocess.CompletedProcess[str]],
+) -> None:
+    # In a fresh interpreter: training starts PyTorch's thread pools, and the
+    # tests that fork workers after this one should not inherit them.
+    proc = run_python(PPO_IDENTITY, timeout=170)
+    assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}"
+    assert "identical:" in proc.stdout
+    found = re.search(r"identical: (\d+) tensors, (\d+) moved", proc.stdout)
+    assert found is not None, proc.stdout
+    assert 0 < int(found[2]) <= int(found[1]), proc.stdout
 
 
 def test_example_runs_with_tiny_budget(tmp_path: Path) -> None:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     proc = subprocess.run(
-        [sys.executable, str(REPO / "examples" / "sb3_ppo.py"), "--max-steps", "512"],
+        [sys.executable, str(REPO / "examples" / "sb3_ppo.py"), "--max-steps", "256"],
         cwd=tmp_path,
         capture_output=True,
         text=True,

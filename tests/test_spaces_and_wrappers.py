@@ -10,6 +10,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
+from conftest import Backend
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from test_equivalence import compare
@@ -58,9 +59,12 @@ class AnySpaceEnv(gym.Env):  # type: ignore[type-arg]
 
 @pytest.mark.parametrize("kind", sorted(SPACES))
 @pytest.mark.parametrize("mode", list(AutoresetMode), ids=lambda m: m.value)
-def test_every_space_and_autoreset_mode_matches_sync(kind: str, mode: AutoresetMode) -> None:
+def test_every_space_and_autoreset_mode_matches_sync(
+    backend: Backend, kind: str, mode: AutoresetMode
+) -> None:
     mask = np.array([True, False, False, True])
     compare(
+        backend,
         functools.partial(AnySpaceEnv, kind),
         2,
         2,

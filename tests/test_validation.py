@@ -298,12 +298,16 @@ def test_discrete_range_check_for_every_integer_dtype(dtype: str, start: int) ->
 
 
 def test_whole_groups_accepts_whole_groups_in_any_order() -> None:
-    from envmgr.validation import whole_groups
+    from envmgr.layout import Layout
 
-    ids, groups = whole_groups([5, 4, 0, 1], 6, 2, "workers")
+    layout = Layout.split(6, 3)
+    ids, groups = layout.whole_groups([5, 4, 0, 1], "workers")
     assert ids.tolist() == [5, 4, 0, 1] and groups == [0, 2]
-    ids, groups = whole_groups(None, 6, 2, "workers")
+    ids, groups = layout.whole_groups(None, "workers")
     assert ids.tolist() == list(range(6)) and groups == [0, 1, 2]
+    # Uneven groups (3, 2): whole means each group's own size.
+    ids, groups = Layout.split(5, 2).whole_groups([3, 4], "workers")
+    assert groups == [1]
 
 
 @pytest.mark.parametrize(
@@ -317,10 +321,10 @@ def test_whole_groups_accepts_whole_groups_in_any_order() -> None:
     ],
 )
 def test_whole_groups_rejects_ids_naming_the_problem(env_ids: list[int], pattern: str) -> None:
-    from envmgr.validation import whole_groups
+    from envmgr.layout import Layout
 
     with pytest.raises(ValueError, match=pattern):
-        whole_groups(env_ids, 6, 2, "workers")
+        Layout.split(6, 3).whole_groups(env_ids, "workers")
 
 
 # ------------------------------------------------------------------ safe mode (the default)

@@ -40,14 +40,9 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 
 from envmgr.backends._ray_backend import ActorInfo, RayActorDiedError, RayBackend
-from envmgr.frontend import (
-    DEFAULT_START_TIMEOUT,
-    RESTARTED_INFO_KEY,
-    BatchedVectorEnv,
-    FrontEndOptions,
-    check_options,
-)
+from envmgr.frontend import RESTARTED_INFO_KEY, BatchedVectorEnv
 from envmgr.manager import group_specs, hosted_layout
+from envmgr.options import DEFAULT_START_TIMEOUT, FrontEndOptions, check_options
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -175,7 +170,7 @@ class RayEnvManager(BatchedVectorEnv):
             manager connected or started it (default). Several managers sharing
             that connection shut it down when the last one closes.
         **options: The arguments both managers take, documented in
-            :class:`~envmgr.frontend.FrontEndOptions`: ``num_envs``, ``vector_fn``
+            :class:`~envmgr.options.FrontEndOptions`: ``num_envs``, ``vector_fn``
             (a batched env hosted per actor), ``copy``, ``autoreset_mode``,
             ``check_actions``, ``max_restarts`` (a lost actor is a dead actor
             process, a lost node, or one that overran ``step_timeout``),
