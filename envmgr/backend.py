@@ -11,7 +11,7 @@ groups of envs and answers back::
     post({group: command})       ------------>  pickled commands to some groups
     post_step(groups, seq, ...)  ------------>  the hot path: actions in, groups woken
     wait(seqs, timeout, need)    <------------  answers, lost groups, errors
-    replace(group)               ------------>  a new group in place of a lost one
+    replace(group)               ------------>  a new group in place of a lost one (its Ready)
     shutdown(graceful)           ------------>  stop everything, free the arrays
 
 Answers of steps and resets land in the batch arrays before :meth:`Backend.wait`
@@ -89,7 +89,7 @@ class Backend(Protocol):
         self, seqs: Mapping[int, int], timeout: float | None, need: int | None, phase: str
     ) -> Waited: ...
 
-    def replace(self, g: int, timeout: float | None) -> Lost | None: ...
+    def replace(self, g: int, timeout: float | None) -> Ready | Lost: ...
 
     def where(self, g: int) -> str: ...
 

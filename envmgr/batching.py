@@ -138,7 +138,7 @@ class BatchReader:
         buffers: The batch arrays (``SharedBuffers``: shared or private memory).
         starts: Global index of each group's first env.
         space: The single-env observation space.
-        copy: Return copies (else read-only views the next step overwrites).
+        copy: Return copies (else views the next step overwrites).
         add_info: Gymnasium's ``VectorEnv._add_info``.
     """
 
@@ -158,13 +158,10 @@ class BatchReader:
         self.per_env: list[Any] | None = None
         self.views: Any
         if buffers.observations is not None:
-
-            def read_only(a: np.ndarray) -> np.ndarray:
-                v = a.view()
-                v.flags.writeable = False
-                return v
-
-            self.views = tree_map(read_only, buffers.observations)
+            # Writable, as AsyncVectorEnv's shared-memory observations are: a write
+            # changes only what the caller sees (groups keep their own copy of what
+            # they need, and write every row they own at the next step or reset).
+            self.views = tree_map(np.ndarray.view, buffers.observations)
         else:
             self.per_env = [None] * len(buffers.rewards)
             self.views = create_empty_array(space, len(buffers.rewards))

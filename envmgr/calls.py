@@ -186,8 +186,12 @@ class CallsMixin:
         if not isinstance(values, (list, tuple)):
             values = [values] * n
         if len(values) != n:
-            what = f"num_envs={n}" if env_ids is None else f"{n} envs"
-            raise ValueError(f"got {len(values)} values for {what}")
+            if env_ids is None:  # AsyncVectorEnv's message
+                raise ValueError(
+                    "Values must be a list or tuple with length equal to the number of "
+                    f"environments. Got `{len(values)}` values for {n} environments."
+                )
+            raise ValueError(f"got {len(values)} values for {n} envs (env_ids)")
         targets, order = targets_of(self._layout, env_ids)
         per_group: dict[int, list[Any]] = {g: [] for g in targets}
         for (g, _), v in zip(order, values, strict=True):

@@ -94,16 +94,21 @@ class BuildFailed(Exception):
 class GroupTimers:
     """The group's timer nodes, fetched once per shipped tree, not per step.
 
-    They live on the thread's default stack, so timers and gauges that env code
-    sets through :mod:`envmgr.timers` ship with the group's tree (nested under the
-    ``step`` / ``reset`` node open while the env runs). Env calls are timed with
-    two ``perf_counter`` reads added straight into the nodes: a context manager
-    per env would cost more than a CartPole step.
+    They live on the thread's default stack (reset by :func:`build_group`), so
+    timers and gauges that env code sets through :mod:`envmgr.timers` ship with
+    the group's tree (nested under the ``step`` / ``reset`` node open while the
+    env runs). Env calls are timed with two ``perf_counter`` reads added straight
+    into the nodes: a context manager per env would cost more than a CartPole step.
+
+    Attributes:
+        calls: Steps and resets served since the last shipment; a shipped root's
+            ``count``, so a worker node's count is its number of calls (as the
+            parent's ``workers`` node above it counts them), not of shipments.
     """
 
     def __init__(self) -> None:
         self.stack = timer_module.get_default_stack()
-        self.stack.reset()
+        self.calls = 0
         self._bind()
 
     def _bind(self) -> None:
@@ -120,10 +125,16 @@ class GroupTimers:
         """The tree and gauges accumulated since the last call; then start afresh."""
         timer_module.get_timer_root(self.stack)  # pulls in a hosted manager's unshipped timings
         root = self.stack.get_root()
+        root.count = self.calls
         gauges = dict(self.stack.gauges)
-        self.stack.reset()
-        self._bind()
+        self.restart()
         return root, gauges
+
+    def restart(self) -> None:
+        """Drop what was timed so far and start the clock afresh."""
+        self.stack.reset()
+        self.calls = 0
+        self._bind()
 
 
 class EnvGroup(ABC):
@@ -156,7 +167,11 @@ class EnvGroup(ABC):
         self.views = views
 
     def ready(self, pid: int) -> Ready:
-        """The start-up answer: spaces, metadata and a spec plain ``pickle`` can carry."""
+        """The start-up answer: spaces, metadata, a spec plain ``pickle`` can carry, and
+        the start-up's timer tree (its own node in the parent, not charged to the first
+        command); the group's clock then starts afresh."""
+        self.timers.calls = 1  # the start-up, one call
+        root, gauges = self.timers.take()
         spec = self.env_spec
         try:
             pickle.dumps(spec)
@@ -170,6 +185,8 @@ class EnvGroup(ABC):
             dict(self.metadata),
             self.render_mode,
             spec,
+            root,
+            gauges,
         )
 
     @abstractmethod
@@ -485,13 +502,27 @@ def _make_writer(out: Any) -> Callable[[list[Any]], None]:
     return write_tuple
 
 
-def build_group(spec: GroupSpec) -> EnvGroup:
-    """Build the group ``spec`` describes; raises :class:`BuildFailed`."""
-    if spec.vector_fn is not None:
-        from envmgr.vectorgroup import VectorEnvGroup  # it subclasses EnvGroup
+def build_group(spec: GroupSpec, began: float | None = None) -> EnvGroup:
+    """Build the group ``spec`` describes; raises :class:`BuildFailed`.
 
-        return VectorEnvGroup(spec)
-    return SingleEnvGroup(spec)
+    The thread's default timer stack is reset and the envs are built under a
+    ``make_envs`` timer; :meth:`EnvGroup.ready` ships that start-up tree.
+
+    Args:
+        spec: The group.
+        began: ``perf_counter()`` when the process (or actor) began starting up:
+            the start-up tree's wall clock runs from there. Default: now.
+    """
+    stack = timer_module.get_default_stack()
+    stack.reset()
+    if began is not None:
+        stack.start_time = began
+    with timer_module.hierarchical_timer("make_envs", stack):
+        if spec.vector_fn is not None:
+            from envmgr.vectorgroup import VectorEnvGroup  # it subclasses EnvGroup
+
+            return VectorEnvGroup(spec)
+        return SingleEnvGroup(spec)
 
 
 def unbatched(infos: dict[str, Any], n: int) -> Infos:

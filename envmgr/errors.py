@@ -53,6 +53,14 @@ class UsageError(EnvMgrError):
 class ClosedManagerError(UsageError, gym_error.ClosedEnvironmentError):
     """A call reached a manager that the user closed."""
 
+    @classmethod
+    def on(cls, owner: str, call: str) -> ClosedManagerError:
+        """``AsyncVectorEnv``'s message (``owner``: the class name), then the call refused."""
+        return cls(
+            f"Trying to operate on `{owner}`, after a call to `close()`. "
+            f"(cannot {call}: the manager is closed)"
+        )
+
 
 class AlreadyPendingCallError(UsageError, gym_error.AlreadyPendingCallError):
     """A new asynchronous call was started while another one is pending."""
@@ -61,12 +69,29 @@ class AlreadyPendingCallError(UsageError, gym_error.AlreadyPendingCallError):
         # Gymnasium's class takes (message, name); keep that signature.
         gym_error.AlreadyPendingCallError.__init__(self, message, name)
 
+    @classmethod
+    def on(cls, call: str, pending: str) -> AlreadyPendingCallError:
+        """``AsyncVectorEnv``'s message to the letter (its ``reset_async`` one has no full
+        stop), then what to do; ``name`` is the pending call, as there."""
+        stop = "" if call == "reset_async" else "."
+        return cls(
+            f"Calling `{call}` while waiting for a pending call to `{pending}` to "
+            f"complete{stop} (call {pending}_wait() first)",
+            pending,
+        )
+
 
 class NoAsyncCallError(UsageError, gym_error.NoAsyncCallError):
     """A ``*_wait`` call came without its matching ``*_async`` call."""
 
     def __init__(self, message: str, name: str = "") -> None:
         gym_error.NoAsyncCallError.__init__(self, message, name)
+
+    @classmethod
+    def on(cls, kind: str, pending: str | None) -> NoAsyncCallError:
+        """``AsyncVectorEnv``'s message for ``<kind>_wait``, then what is pending instead."""
+        other = "" if pending is None else f" (a {pending} call is pending)"
+        return cls(f"Calling `{kind}_wait` without any prior call to `{kind}_async`.{other}", kind)
 
 
 class WorkerFailure(EnvMgrError):

@@ -98,10 +98,14 @@ class BatchedVectorEnv(CallsMixin, VectorEnv):  # type: ignore[type-arg]
         self._groups = list(range(self._layout.n_groups))
         interval = options.get("timer_interval", DEFAULT_TIMER_INTERVAL)
         self._worker_timers = WorkerTimers(interval, self._flush_timers)
-        self._adopt(backend.start(), options)
-        self._buffers: SharedBuffers | None = backend.attach(
-            self.single_observation_space, self.single_action_space
-        )
+        # Start-up is a node of its own, so it is not charged to the first reset or step.
+        with timers.hierarchical_timer(f"start_{self.group_noun}") as started:
+            readies = backend.start()
+            self._adopt(readies, options)
+            self._buffers: SharedBuffers | None = backend.attach(
+                self.single_observation_space, self.single_action_space
+            )
+        self._merge_start(started, dict(enumerate(readies)))
         self._reader: BatchReader | None = BatchReader(
             self._buffers,
             self._layout.starts,
@@ -165,7 +169,7 @@ class BatchedVectorEnv(CallsMixin, VectorEnv):  # type: ignore[type-arg]
 
     def _check_usable(self, name: str) -> Backend:
         if self._user_closed or (self.closed and self._failure is None):
-            raise ClosedManagerError(f"cannot {name}: the manager is closed")
+            raise ClosedManagerError.on(type(self).__name__, name)
         failure = self._failure
         if failure is not None:
             w = getattr(failure, "worker_index", -1)
@@ -180,10 +184,7 @@ class BatchedVectorEnv(CallsMixin, VectorEnv):  # type: ignore[type-arg]
         """Refuse a new call while an ``*_async`` call or ``send()`` steps are outstanding."""
         backend = self._check_usable(name)
         if self._pending is not None:
-            kind = self._pending.kind.value
-            raise AlreadyPendingCallError(
-                f"cannot {name} while a {kind} call is pending: call {kind}_wait() first", kind
-            )
+            raise AlreadyPendingCallError.on(name, self._pending.kind.value)
         if self._inflight:
             raise AlreadyPendingCallError(
                 f"cannot {name} while {self.group_noun} {sorted(self._inflight)} have send() "
@@ -197,11 +198,7 @@ class BatchedVectorEnv(CallsMixin, VectorEnv):  # type: ignore[type-arg]
         self._check_usable(f"{kind.value}_wait")
         call = self._pending
         if call is None or call.kind is not kind:
-            other = "" if call is None else f" (a {call.kind.value} call is pending)"
-            raise NoAsyncCallError(
-                f"{kind.value}_wait() called without a pending {kind.value}_async(){other}",
-                kind.value,
-            )
+            raise NoAsyncCallError.on(kind.value, None if call is None else call.kind.value)
         self._pending = None
         return call
 
@@ -286,14 +283,15 @@ class BatchedVectorEnv(CallsMixin, VectorEnv):  # type: ignore[type-arg]
                 raise broken from first
             with timers.hierarchical_timer(
                 f"restart_{self.group_noun[:-1]}_{g}", self._worker_timers.stack
-            ):
+            ) as restarted:
                 try:
                     again = backend.replace(g, self.start_timeout)
                 except BaseException as exc:  # the replacement's factory raised
                     self._break(exc)
                     raise
                 self._budget.done(g)
-                if again is None:
+                if isinstance(again, Ready):
+                    self._merge_start(restarted, {g: again})
                     seq = self._next_seq()
                     if reset is None:
                         next_step = self.autoreset_mode == AutoresetMode.NEXT_STEP
@@ -499,6 +497,14 @@ class BatchedVectorEnv(CallsMixin, VectorEnv):  # type: ignore[type-arg]
         )
         if len(answers) == len(self._groups) and not self._inflight:
             self._worker_timers.shipped()
+
+    def _merge_start(self, node: Any, readies: dict[int, Ready]) -> None:
+        """Merge the groups' start-up trees (shipped in their Ready) under ``node``."""
+        backend = self._backend
+        assert backend is not None
+        self._worker_timers.merge(
+            ((backend.timer_name(g), r.timer_root, r.gauges) for g, r in readies.items()), node
+        )
 
     def _flush_timers(self, timeout: float | None = None) -> None:
         """Pull every group's unshipped timings into the current target.

@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import atexit
 import multiprocessing as mp
-import os
-import threading
 import warnings
 import weakref
 from collections.abc import Callable, Sequence
@@ -34,6 +32,7 @@ import gymnasium as gym
 from gymnasium.vector import AutoresetMode
 
 from envmgr.envgroup import GroupSpec
+from envmgr.fork_safety import describe, fork_unsafe_threads
 from envmgr.frontend import BatchedVectorEnv
 from envmgr.layout import Layout, resolve_layout
 from envmgr.options import DEFAULT_START_TIMEOUT, FrontEndOptions, check_options
@@ -55,14 +54,6 @@ VectorEnvFactory = Callable[[int], gym.vector.VectorEnv]  # type: ignore[type-ar
 DEFAULT_SPIN_SECONDS = 1e-3
 
 _LIVE_MANAGERS: weakref.WeakSet[SubprocessEnvManager] = weakref.WeakSet()
-
-
-def _native_thread_count() -> int:
-    """Threads of this process, native ones included (Linux); else Python's count."""
-    try:
-        return len(os.listdir("/proc/self/task"))
-    except OSError:
-        return threading.active_count()
 
 
 def default_start_method() -> str:
@@ -207,12 +198,14 @@ class SubprocessEnvManager(BatchedVectorEnv):
         self.parent_spin_seconds = float(parent_spin_seconds)
         self.close_timeout = close_timeout
         ctx = mp.get_context(self.context)
-        if self.context == "fork" and _native_thread_count() > 1:
+        unsafe = fork_unsafe_threads() if self.context == "fork" else []
+        if unsafe:
+            # Only threads known to hold locks across fork: OpenBLAS's are harmless.
             warnings.warn(
                 f"forking {self.n_workers} envmgr workers from a process with "
-                f"{_native_thread_count()} threads (Ray, gRPC and PyTorch start some that "
-                "Python does not list): a forked worker can crash (SIGSEGV) on a lock one of "
-                "them held; use context='forkserver' (the default) or 'spawn'",
+                f"{len(unsafe)} thread(s) known to make fork unsafe: {describe(unsafe)}. "
+                "A forked worker can deadlock or crash (SIGSEGV) on a lock one of them "
+                "held; use context='forkserver' (the default) or 'spawn'",
                 RuntimeWarning,
                 stacklevel=2,
             )

@@ -216,6 +216,9 @@ class Ready:
         metadata: The first env's ``metadata``.
         render_mode: The first env's ``render_mode``.
         spec: The first env's ``spec`` (may be ``None``).
+        timer_root: The worker's start-up tree (``make_envs`` below it), merged as its
+            own node in the parent; its count is 1.
+        gauges: Gauges set during start-up.
     """
 
     worker_index: int
@@ -225,6 +228,8 @@ class Ready:
     metadata: dict[str, Any]
     render_mode: str | None
     spec: Any
+    timer_root: TimerNode | None = None
+    gauges: dict[str, GaugeNode] | None = None
 
 
 @_fast_pickle

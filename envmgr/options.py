@@ -30,8 +30,8 @@ class FrontEndOptions(TypedDict, total=False):
             batched env hosted per worker or actor: one ``step`` call per group per
             batch). Needs ``num_envs``.
         copy: Return copies of the observations (default). With ``False`` they are
-            read-only views that the next ``step``/``reset`` overwrites: copy what
-            you keep.
+            views of the batch arrays, writable as ``AsyncVectorEnv``'s, that the next
+            ``step``/``reset`` overwrites: copy what you keep.
         autoreset_mode: Gymnasium autoreset mode; next-step by default.
         check_actions: How actions are checked before they are sent: ``"safe"``
             (default: structure, shape and a castable dtype, as ``AsyncVectorEnv``

@@ -403,8 +403,8 @@ class ProcessBackend:
 
     # ================================================================ replacing
 
-    def replace(self, g: int, timeout: float | None) -> Lost | None:
-        """A new process for group ``g``, attached to shared memory; its loss if it fails."""
+    def replace(self, g: int, timeout: float | None) -> Ready | Lost:
+        """A new process for group ``g``, attached to shared memory: its Ready, or its loss."""
         old = self.processes[g]
         if old.is_alive():
             old.kill()
@@ -430,7 +430,7 @@ class ProcessBackend:
             reason = str(exc).split(": ", 1)[-1]
             return self._lost(g, reason, isinstance(exc, WorkerTimeoutError))
         self.worker_pids[g] = ready.pid
-        return None
+        return ready  # type: ignore[no-any-return]
 
     # ================================================================ shutdown
 

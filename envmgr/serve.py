@@ -46,10 +46,14 @@ def serve(group: EnvGroup, cmd: Command, with_arrays: bool = False) -> Response:
             backend without shared memory).
     """
     if isinstance(cmd, Step):
+        # A shipped root's count: the steps and resets it served (what the parent's
+        # "workers" node counts), not the number of shipments.
+        group.timers.calls += 1
         actions = cmd.actions if cmd.actions is not None else group.views["actions"]
         infos = _within(group, "step", group.step, actions)
         return _answer(group, cmd.seq, infos, cmd.ship_timers, with_arrays)
     if isinstance(cmd, Reset):
+        group.timers.calls += 1
         infos = _within(
             group, "reset", group.reset, cmd.seeds, cmd.options, cmd.mask, cmd.autoreset_next
         )

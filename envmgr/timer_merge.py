@@ -64,16 +64,19 @@ class WorkerTimers:
             self.target = target
         return perf_counter() - self._last_ship >= self.interval
 
-    def merge(
-        self, trees: Iterable[tuple[str, TimerNode | None, dict[str, GaugeNode] | None]]
-    ) -> None:
+    def merge(self, trees: Iterable[_Shipment], target: TimerNode | None = None) -> None:
         """Merge ``(subtree name, root, gauges)`` per worker as parallel nodes.
 
-        Each root goes under ``workers`` twice: summed over all workers in
-        ``worker_root`` (the ML-Agents shape) and alone under its own name, so a
-        slow worker stands out.
+        Each root goes under ``workers`` (or ``target``) twice: summed over all
+        workers in ``worker_root`` (the ML-Agents shape) and alone under its own
+        name, so a slow worker stands out. A root's ``count`` is the number of
+        calls the worker served in it.
         """
-        target, stack = self.target, self.stack
+        stack = self.stack
+        if target is None:
+            target = self.target
+        elif stack is None:
+            stack = timers.get_default_stack()
         for name, root, gauges in trees:
             if root is not None and target is not None:
                 target.merge(root, root_name="worker_root", is_parallel=True)

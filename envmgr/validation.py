@@ -413,9 +413,12 @@ def reset_arguments(
         One seed per env, the options without ``"reset_mask"`` (the caller's dict is
         not modified), and the mask (``None``: reset all).
 
+    The errors are ``AsyncVectorEnv``'s, with its types and messages.
+
     Raises:
-        ValueError: A seed list of the wrong length, or a mask that is not a bool
-            array of shape ``(num_envs,)`` with at least one ``True``.
+        ValueError: A seed list of the wrong length, a mask of the wrong shape or
+            without a ``True`` entry.
+        TypeError: A mask that is not a numpy array, or not of dtype ``bool``.
     """
     if seed is None:
         seeds: list[int | None] = [None] * num_envs
@@ -424,17 +427,24 @@ def reset_arguments(
     else:
         seeds = list(seed)
         if len(seeds) != num_envs:
-            raise ValueError(f"got {len(seeds)} seeds for num_envs={num_envs}: pass one per env")
+            raise ValueError(
+                "If seeds are passed as a list the length must match "
+                f"num_envs={num_envs} but got length={len(seeds)}."
+            )
     mask: np.ndarray | None = None
     if options is not None and "reset_mask" in options:
         options = dict(options)
         mask = options.pop("reset_mask")
-        if not isinstance(mask, np.ndarray) or mask.dtype != np.bool_ or mask.shape != (num_envs,):
-            raise ValueError(
-                f"options['reset_mask'] must be a bool numpy array of shape ({num_envs},), got "
-                f"{type(mask).__name__} {getattr(mask, 'dtype', '')} "
-                f"{getattr(mask, 'shape', '')}"
-            )
+        what = "`options['reset_mask']`"
+        if not isinstance(mask, np.ndarray):
+            raise TypeError(f"{what} must be a numpy array, got {type(mask)}")
+        if mask.shape != (num_envs,):
+            raise ValueError(f"{what} must have shape `({num_envs},)`, got {mask.shape}")
+        if mask.dtype != np.bool_:
+            raise TypeError(f"{what} must have `dtype=np.bool_`, got {mask.dtype}")
         if not mask.any():
-            raise ValueError("options['reset_mask'] has no True entry: nothing to reset")
+            raise ValueError(
+                f"{what} must contain a boolean array with at least one True value, "
+                f"got reset_mask={mask}"
+            )
     return seeds, options, mask

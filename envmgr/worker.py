@@ -113,6 +113,7 @@ def worker_main(conn: Connection, wake: Connection, config: WorkerConfig) -> Non
         wake: Write end of the manager's shared wake-up pipe.
         config: Start-up settings and the cloudpickled group spec.
     """
+    began = perf_counter()  # the start-up tree's clock (shipped in Ready) runs from here
     # Ctrl-C goes to the whole process group; the manager alone handles it and
     # closes workers in order, so a worker must not die half-way through a step.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -127,7 +128,7 @@ def worker_main(conn: Connection, wake: Connection, config: WorkerConfig) -> Non
     _start_watchdog(config.manager_pid, parent_pid)
     spec: GroupSpec = cloudpickle.loads(config.group)
     try:
-        group = build_group(spec)
+        group = build_group(spec, began)
     except BuildFailed as failed:
         _send(conn, config, build_error(spec, failed), "make")
         return
@@ -175,6 +176,9 @@ def _serve_forever(
         if isinstance(cmd, Attach):
             bell = _attach_layout(group, config, conn, wake, cmd.layout, mapped)
             _send(conn, config, Ack(config.worker_index, cmd.seq), "attach")
+            # The wait for Attach is the manager's start-up (it waits for every worker
+            # to be ready), timed in the parent's start node: not the first command's.
+            group.timers.restart()
             continue
         try:
             answer: Any = serve(group, cmd)

@@ -266,16 +266,14 @@ def test_lambda_and_closure_factories_work_without_fork(context: str) -> None:
 # =============================================================== observations: copy or view
 
 
-def test_copy_false_returns_read_only_views_that_the_next_step_overwrites() -> None:
+def test_copy_false_returns_writable_views_that_the_next_step_overwrites() -> None:
     with SubprocessEnvManager(DictObsEnv, 2, 2, copy=False) as envs:
         actions = batch_actions(envs, 2)
         obs1, _ = envs.reset(seed=0)
         leaves1 = [obs1["pos"], obs1["mode"], *obs1["nested"]]
         before = [leaf.copy() for leaf in leaves1]
         for leaf in leaves1:
-            assert not leaf.flags.writeable
-            with pytest.raises(ValueError):
-                leaf[...] = 0
+            assert leaf.flags.writeable  # as AsyncVectorEnv's shared-memory observations
         obs2, *_ = envs.step(actions[0])
         leaves2 = [obs2["pos"], obs2["mode"], *obs2["nested"]]
         for a, b in zip(leaves1, leaves2, strict=True):
@@ -352,7 +350,7 @@ def test_call_get_attr_set_attr_render() -> None:
         assert envs.get_attr("tag") == (7, 7, 7, 7)
         envs.set_attr("tag", [4, 5, 6, 8])
         assert envs.get_attr("tag") == (4, 5, 6, 8)
-        with pytest.raises(ValueError, match="got 3 values for num_envs=4"):
+        with pytest.raises(ValueError, match="Got `3` values for 4 environments"):
             envs.set_attr("tag", [1, 2, 3])
         with pytest.raises(AttributeError) as ei:
             envs.get_attr("no_such_attribute")
@@ -365,9 +363,9 @@ def test_call_get_attr_set_attr_render() -> None:
 
 def test_reset_arguments_are_checked() -> None:
     with SubprocessEnvManager(DictObsEnv, 2, 2) as envs:
-        with pytest.raises(ValueError, match="got 3 seeds"):
+        with pytest.raises(ValueError, match="got length=3"):
             envs.reset(seed=[1, 2, 3])
-        with pytest.raises(ValueError, match="reset_mask"):
+        with pytest.raises(TypeError, match="reset_mask"):  # AsyncVectorEnv's types
             envs.reset(options={"reset_mask": np.array([1, 0, 1, 0])})
         with pytest.raises(ValueError, match="reset_mask"):
             envs.reset(options={"reset_mask": np.zeros(4, dtype=bool)})

@@ -69,10 +69,11 @@ class EnvActor:
         """Build the group; ``(Ready or ErrorResponse, node id, node ip)``."""
         import ray
 
+        began = perf_counter()
         node = (ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address())
         spec = cloudpickle.loads(self._payload)
         try:
-            group = build_group(spec)
+            group = build_group(spec, began)
         except BuildFailed as failed:
             return build_error(spec, failed), *node
         self.group = group

@@ -313,7 +313,7 @@ class RayBackend:
 
     # ================================================================ replacing
 
-    def replace(self, g: int, timeout: float | None) -> Lost | None:
+    def replace(self, g: int, timeout: float | None) -> Ready | Lost:
         ray = self.ray
         self._calls.pop(g, None)
         try:
@@ -330,10 +330,9 @@ class RayBackend:
                 reason, WorkerTimeoutError(f"{self.where(g)} {reason}", g, self.layout.range(g))
             )
         try:
-            self._started(g, ref)
+            return self._started(g, ref)
         except WorkerDiedError as exc:
             return Lost(str(exc), exc)
-        return None
 
     # ================================================================ shutdown
 
