@@ -92,6 +92,23 @@ named.wait()
 print("warnings", start())
 done.set()
 t.join()
+# join() returns when the Python thread is done; the OS thread (and its
+# /proc/self/task entry) may linger a moment longer on a loaded machine.
+import os, time
+
+def named_threads():
+    names = []
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                names.append(f.read().strip())
+        except OSError:
+            pass  # exited while we looked
+    return names
+
+deadline = time.monotonic() + 30
+while "grpc_global_tim" in named_threads() and time.monotonic() < deadline:
+    time.sleep(0.01)
 print("after", start())
 """
     )
