@@ -267,11 +267,14 @@ class ProcessBackend:
         # A batch step: every group, one seq. Only the last worker to finish rings.
         batch = need is None and len(seqs) == self.n_workers and len(set(seqs.values())) == 1
         seq = next(iter(seqs.values())) if batch else None
-        if seq is None or not bell.all_done(seq):
+        if seq is None or not (bell.all_done(seq) or self._sleep_batch(seq, timeout)):
             self._sleep(seqs, want, timeout, phase, seq, got)
             if got.fatal is not None:
                 return got
         if seq is not None and not got.lost:
+            if not bell.any_message():  # the usual batch: every answer is in shared memory
+                got.answers = dict.fromkeys(seqs)
+                return got
             done = list(seqs)
         else:  # first come, first served: the commands sent earliest (lowest seq) first
             done = sorted(self.finished(seqs, got.lost), key=lambda g: (seqs[g], g))
@@ -282,6 +285,25 @@ class ProcessBackend:
         """The groups of ``seqs`` whose step is done, except those in ``lost``."""
         is_done = self._bell.is_done  # type: ignore[union-attr]
         return [g for g, s in seqs.items() if is_done(g, s) and g not in lost]
+
+    def _sleep_batch(self, seq: int, timeout: float | None) -> bool:
+        """The usual batch wait: sleep until the last worker rings. ``False``: use :meth:`_sleep`.
+
+        A lean copy of :meth:`_sleep`'s loop for the hot path (no deadline, no
+        spin); anything else (a dead worker's sentinel, a deadline, a spin
+        budget) goes to the general loop, which sees the same events again.
+        """
+        if timeout is not None or self.parent_spin_seconds > 0.0:
+            return False
+        bell = self._bell
+        assert bell is not None
+        wait_ms = 5  # as in _sleep: re-check every few ms even without a wake-up
+        while True:
+            if bell.wait_all(seq, self._poller, wait_ms):
+                return False
+            if bell.all_done(seq):
+                return True
+            wait_ms = min(wait_ms * 2, 100)
 
     def _sleep(
         self,
