@@ -155,3 +155,10 @@ def test_caller_time_is_its_own_timer_node() -> None:
     assert caller["children"]["step"]["count"] == 10
     # The caller group's own timers do not land in (or reset) the user's tree.
     assert "step" not in tree["children"]
+
+
+def test_ray_manager_refuses_caller_envs_before_starting_ray() -> None:
+    from envmgr.frontend import check_options
+
+    with pytest.raises(TypeError, match="only SubprocessEnvManager steps envs"):
+        check_options("RayEnvManager", {"caller_envs": 4})
