@@ -26,6 +26,7 @@ its ``step`` node, as in a worker), shipped as ``worker_caller``.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -153,7 +154,7 @@ class CallerBackend:
             _add_note(failed.exc, self._where_env(env, "make"))
             raise failed.exc from None
         readies = self.inner.start()
-        return [*readies, self._group.ready(readies[0].pid if readies else 0)]
+        return [*readies, self._group.ready(os.getpid())]
 
     def attach(
         self, observation_space: gym.Space[Any], action_space: gym.Space[Any]
