@@ -134,16 +134,9 @@ def caller_status() -> tuple[bool, str]:
 
 
 def build_caller(n: int, workers: int, k: int) -> SubprocessEnvManager:
-    """A manager whose parent steps ``k`` of the ``n`` envs itself."""
+    """A manager whose parent steps ``k`` of the ``n`` envs itself (``num_envs`` counts them)."""
     ctor: Any = SubprocessEnvManager  # the keyword arrives with issue 13; see caller_status()
-    if "num_envs" in inspect.signature(SubprocessEnvManager).parameters:
-        mgr = ctor(bench_envs.make_cartpole, num_envs=n, n_workers=workers, caller_envs=k)
-    else:
-        mgr = ctor(bench_envs.make_cartpole, workers, (n - k) // workers, caller_envs=k)
-    if mgr.num_envs != n:
-        mgr.close()
-        raise ValueError(f"caller_envs={k}: the manager has {mgr.num_envs} envs, wanted {n}")
-    return mgr
+    return ctor(bench_envs.make_cartpole, num_envs=n, n_workers=workers, caller_envs=k)  # type: ignore[no-any-return]
 
 
 def build_loops(args: argparse.Namespace, caller: tuple[bool, str]) -> tuple[list[Runner], dict]:
@@ -170,7 +163,8 @@ def build_loops(args: argparse.Namespace, caller: tuple[bool, str]) -> tuple[lis
                         SubprocessEnvManager(bench_envs.make_cartpole, w, n // w), policy
                     )
                 else:
-                    loop = BatchLoop(build_caller(n, w, args.caller_envs), policy)
+                    k = args.caller_envs if args.caller_envs is not None else n // (w + 1)
+                    loop = BatchLoop(build_caller(n, w, k), policy)
             except Exception as exc:
                 skipped[f"{mode}/{pname}"] = f"{type(exc).__name__}: {exc}"
                 continue
@@ -184,7 +178,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--n-envs", type=int, default=64, help="envs (default: 64)")
     p.add_argument("--workers", type=int, default=2, help="envmgr workers (default: 2)")
-    p.add_argument("--caller-envs", type=int, default=16, help="caller mode's K (default: 16)")
+    p.add_argument(
+        "--caller-envs",
+        type=int,
+        default=None,
+        help="caller mode's K (default: a worker's share, n_envs // (workers + 1))",
+    )
     p.add_argument("--seconds", type=float, default=2.0, help="per sample (default: 2)")
     p.add_argument("--repeats", type=int, default=5, help="interleaved rounds (default: 5)")
     p.add_argument("--warmup", type=float, default=0.3)

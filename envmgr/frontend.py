@@ -384,25 +384,34 @@ class BatchedVectorEnv(CallsMixin, VectorEnv):  # type: ignore[type-arg]
 
     def step(self, actions: Any) -> _Batch:
         """Step every env with its action; see ``gymnasium.vector.VectorEnv.step``."""
-        self.step_async(actions)
-        return self.step_wait()
+        # step_async + step_wait without the pending-call record in between: this
+        # is the hot path, and nothing can run between the two halves here.
+        seq, ship = self._post_batch_step(self._check_idle("step"), actions)
+        return self._wait_batch_step(seq, ship, self.step_timeout)
 
     def step_async(self, actions: Any) -> None:
         """Check the actions, hand them to the groups and wake them, without waiting."""
-        backend = self._check_idle("step_async")
-        self._actions.check(actions, None)
-        ship = self._worker_timers.want()
-        seq = self._next_seq()
-        backend.post_step(self._groups, seq, ship, actions, None)
-        self._worker_timers.unshipped = True
+        seq, ship = self._post_batch_step(self._check_idle("step_async"), actions)
         self._pending = PendingCall(CallKind.STEP, dict.fromkeys(self._groups, seq), ship)
 
     def step_wait(self, timeout: float | None = None) -> _Batch:
         """Wait for the step sent by :meth:`step_async` (``timeout``: default ``step_timeout``)."""
         call = self._take_pending(CallKind.STEP)
+        return self._wait_batch_step(call.seqs[0], call.ship, self._timeout(timeout))
+
+    def _post_batch_step(self, backend: Backend, actions: Any) -> tuple[int, bool]:
+        """Check the actions, hand them to every group: the step's seq and whether timers ship."""
+        self._actions.check(actions, None)
+        ship = self._worker_timers.want()
+        seq = self._next_seq()
+        backend.post_step(self._groups, seq, ship, actions, None)
+        self._worker_timers.unshipped = True
+        return seq, ship
+
+    def _wait_batch_step(self, seq: int, ship: bool, timeout: float | None) -> _Batch:
         with timers.hierarchical_timer("workers", self._worker_timers.stack):
-            answers, replaced = self._await(call.seqs, self._timeout(timeout), "step")
-        return self._read(answers, replaced, call.ship, None)
+            answers, replaced = self._await(dict.fromkeys(self._groups, seq), timeout, "step")
+        return self._read(answers, replaced, ship, None)
 
     # ================================================================ first-ready
 

@@ -31,6 +31,7 @@ import cloudpickle
 import gymnasium as gym
 from gymnasium.vector import AutoresetMode
 
+from envmgr.caller import CallerBackend, split_caller
 from envmgr.envgroup import GroupSpec
 from envmgr.fork_safety import describe, fork_unsafe_threads
 from envmgr.frontend import BatchedVectorEnv
@@ -143,6 +144,13 @@ class SubprocessEnvManager(BatchedVectorEnv):
             have the same observation space.
         worker: ``AsyncVectorEnv``'s custom worker function is not supported;
             passing one raises ``TypeError``.
+        caller_envs: Envs the calling process steps itself, between waking the
+            workers and collecting them (:mod:`envmgr.caller`): the last
+            ``caller_envs`` envs of the batch, with the same results, autoreset,
+            seeds and calls as in a worker, timed as ``worker_caller``. An
+            exception from one of them is raised as is. ``num_envs`` (or the
+            factory list) counts them; ``n_workers``/``envs_per_worker`` describe
+            the workers only. ``0`` (default): every env runs in a worker.
         **options: The arguments both managers take, documented in
             :class:`~envmgr.options.FrontEndOptions`: ``num_envs``, ``vector_fn``
             (a batched env hosted per worker), ``copy``, ``autoreset_mode``,
@@ -167,6 +175,7 @@ class SubprocessEnvManager(BatchedVectorEnv):
         daemon: bool = True,
         observation_mode: str = "same",
         worker: Callable[..., Any] | None = None,
+        caller_envs: int = 0,
         **options: Unpack[FrontEndOptions],
     ) -> None:
         check_options("SubprocessEnvManager", dict(options))
@@ -183,7 +192,14 @@ class SubprocessEnvManager(BatchedVectorEnv):
         if not daemon:
             raise ValueError("daemon=False is not supported: workers must not outlive the manager")
         del shared_memory  # always on where the space allows
-        fns, layout, mode = hosted_layout(env_fns, n_workers, envs_per_worker, options)
+        env_fns, worker_options, caller_fns = split_caller(env_fns, options, caller_envs)
+        fns, layout, mode = hosted_layout(
+            env_fns,
+            n_workers,
+            envs_per_worker,
+            worker_options,  # type: ignore[arg-type]
+        )
+        self.caller_envs = caller_envs
         self.n_workers = layout.n_groups
         #: Envs per worker when the split is even, else ``None`` (see ``worker_sizes``).
         self.envs_per_worker = layout.sizes[0] if layout.even else None
@@ -214,15 +230,27 @@ class SubprocessEnvManager(BatchedVectorEnv):
             ctx.set_forkserver_preload(["envmgr.worker"])
         payloads = group_specs(layout, fns, options.get("vector_fn"), mode, "worker")
         try:
-            backend = ProcessBackend(
-                layout,
+            whole = Layout.of([*layout.sizes, caller_envs]) if caller_envs else layout
+            backend: Any = ProcessBackend(
+                whole,
                 payloads,
                 ctx,
                 spin_seconds=self.spin_seconds,
                 parent_spin_seconds=self.parent_spin_seconds,
                 start_timeout=options.get("start_timeout", DEFAULT_START_TIMEOUT),
                 close_timeout=close_timeout,
+                n_workers=layout.n_groups,
             )
+            if caller_envs:
+                spec = GroupSpec(
+                    layout.n_groups,
+                    layout.num_envs,
+                    caller_envs,
+                    mode,
+                    caller_fns,
+                    options.get("vector_fn"),
+                )
+                backend = CallerBackend(backend, spec)
             self._open(backend, options, autoreset_mode=mode, step_timeout=step_timeout)
         except BaseException:
             self._shutdown(graceful=False)

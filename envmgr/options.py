@@ -64,6 +64,11 @@ class FrontEndOptions(TypedDict, total=False):
 def check_options(owner: str, options: dict[str, Any]) -> None:
     """Refuse keyword arguments that are not :class:`FrontEndOptions`."""
     unknown = sorted(set(options) - set(FrontEndOptions.__annotations__))
+    if "caller_envs" in unknown:
+        raise TypeError(
+            f"{owner}() does not take caller_envs=: only SubprocessEnvManager steps envs "
+            "in the calling process"
+        )
     if unknown:
         raise TypeError(f"{owner}() got an unexpected keyword argument {unknown[0]!r}")
     check_mode(options.get("check_actions", "safe"))  # a bad value fails before anything starts

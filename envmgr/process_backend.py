@@ -76,6 +76,9 @@ class ProcessBackend:
         parent_spin_seconds: How long :meth:`wait` spins before sleeping.
         start_timeout: Seconds a worker may take to build its envs.
         close_timeout: Seconds :meth:`shutdown` waits for workers to exit.
+        n_workers: Groups run as processes: the first ``n_workers`` of ``layout``
+            (default all). The rest are the caller's (:mod:`envmgr.caller`): they
+            share the batch arrays but have no process and no control row.
     """
 
     def __init__(
@@ -88,8 +91,10 @@ class ProcessBackend:
         parent_spin_seconds: float,
         start_timeout: float | None,
         close_timeout: float,
+        n_workers: int | None = None,
     ) -> None:
         self.layout = layout
+        self.n_workers = layout.n_groups if n_workers is None else n_workers
         self._payloads = payloads
         self._ctx = ctx
         self._fork = ctx.get_start_method() == "fork"
@@ -125,18 +130,18 @@ class ProcessBackend:
         # Start the resource tracker before any worker exists, so every worker
         # shares it and it unlinks our segment if this process is killed.
         resource_tracker.ensure_running()
-        for g in range(self.layout.n_groups):
+        for g in range(self.n_workers):
             proc, conn = self._spawn(g, None)
             self.processes.append(proc)
             self.conns.append(conn)
-        readies = self._handshake(range(self.layout.n_groups), "start")
+        readies = self._handshake(range(self.n_workers), "start")
         self.worker_pids = [r.pid for r in readies]
         return readies
 
     def attach(
         self, observation_space: gym.Space[Any], action_space: gym.Space[Any]
     ) -> SharedBuffers:
-        n = self.layout.n_groups
+        n = self.n_workers
         self.buffers = SharedBuffers.create(
             observation_space, action_space, self.layout.num_envs, n
         )
@@ -260,22 +265,45 @@ class ProcessBackend:
         got = Waited()
         want = len(seqs) if need is None else min(need, len(seqs))
         # A batch step: every group, one seq. Only the last worker to finish rings.
-        batch = need is None and len(seqs) == self.layout.n_groups and len(set(seqs.values())) == 1
+        batch = need is None and len(seqs) == self.n_workers and len(set(seqs.values())) == 1
         seq = next(iter(seqs.values())) if batch else None
-        if seq is None or not bell.all_done(seq):
+        if seq is None or not (bell.all_done(seq) or self._sleep_batch(seq, timeout)):
             self._sleep(seqs, want, timeout, phase, seq, got)
             if got.fatal is not None:
                 return got
         if seq is not None and not got.lost:
+            if not bell.any_message():  # the usual batch: every answer is in shared memory
+                got.answers = dict.fromkeys(seqs)
+                return got
             done = list(seqs)
         else:  # first come, first served: the commands sent earliest (lowest seq) first
-            done = sorted(self._finished(seqs, got.lost), key=lambda g: (seqs[g], g))
+            done = sorted(self.finished(seqs, got.lost), key=lambda g: (seqs[g], g))
         self._read_answers(done[: want - len(got.lost)], seqs, got)
         return got
 
-    def _finished(self, seqs: Mapping[int, int], lost: Mapping[int, Lost]) -> list[int]:
+    def finished(self, seqs: Mapping[int, int], lost: Mapping[int, Lost]) -> list[int]:
+        """The groups of ``seqs`` whose step is done, except those in ``lost``."""
         is_done = self._bell.is_done  # type: ignore[union-attr]
         return [g for g, s in seqs.items() if is_done(g, s) and g not in lost]
+
+    def _sleep_batch(self, seq: int, timeout: float | None) -> bool:
+        """The usual batch wait: sleep until the last worker rings. ``False``: use :meth:`_sleep`.
+
+        A lean copy of :meth:`_sleep`'s loop for the hot path (no deadline, no
+        spin); anything else (a dead worker's sentinel, a deadline, a spin
+        budget) goes to the general loop, which sees the same events again.
+        """
+        if timeout is not None or self.parent_spin_seconds > 0.0:
+            return False
+        bell = self._bell
+        assert bell is not None
+        wait_ms = 5  # as in _sleep: re-check every few ms even without a wake-up
+        while True:
+            if bell.wait_all(seq, self._poller, wait_ms):
+                return False
+            if bell.all_done(seq):
+                return True
+            wait_ms = min(wait_ms * 2, 100)
 
     def _sleep(
         self,
@@ -300,7 +328,7 @@ class ProcessBackend:
         def enough() -> bool:
             if batch_seq is not None and not lost:
                 return bell.all_done(batch_seq)  # type: ignore[union-attr]
-            return len(self._finished(seqs, lost)) + len(lost) >= want
+            return len(self.finished(seqs, lost)) + len(lost) >= want
 
         if self.parent_spin_seconds > 0.0:
             spin_end = perf_counter() + self.parent_spin_seconds
@@ -320,7 +348,7 @@ class ProcessBackend:
                             for g, s in seqs.items()
                             if g not in lost and not bell.is_done(g, s)
                         )
-                        short = want - len(self._finished(seqs, lost)) - len(lost)
+                        short = want - len(self.finished(seqs, lost)) - len(lost)
                         for _, g in late[:short]:
                             why = f"it did not answer {phase} within {timeout} s"
                             lost[g] = self._lost(g, why, True)

@@ -110,6 +110,7 @@ class WorkerDoorbell:
         self.words = memoryview(control.reshape(-1))  # type: ignore[arg-type]
         self.n_workers = control.shape[0] - 1
         self.parent = memoryview(control[-1])
+        self._done = memoryview(control[: self.n_workers, DONE])  # type: ignore[arg-type]
         self.conn = conn
         self.wake_fd = wake_fd
         self.spin_seconds = spin_seconds
@@ -186,8 +187,7 @@ class WorkerDoorbell:
             self.last_seq = seq
 
     def _all_done(self, seq: int) -> bool:
-        words = self.words
-        return all(words[w * _ROW + DONE] >> 1 == seq for w in range(self.n_workers))
+        return min(self._done) >> 1 >= seq  # type: ignore[no-any-return]
 
     def step_done(self, seq: int, has_message: bool) -> None:
         """Publish that step ``seq`` finished; wake the parent if this worker is the last."""
@@ -217,17 +217,26 @@ class ParentDoorbell:
         self.parent = memoryview(control[-1])
         self.conns = conns
         self.wake_fd = wake_fd
-        self._done_words = [w * _ROW + DONE for w in range(self.n_workers)]
+        n = self.n_workers
+        # One column per word over every worker, so a batch is one numpy store or
+        # one C-level scan (min/max/any over a memoryview), not a Python loop per
+        # worker: the parent's per-worker cost is what limits many-core machines.
+        self._cmd_column = control[:n, CMD]
+        self._done = memoryview(control[:n, DONE])  # type: ignore[arg-type]
+        self._sleeping = memoryview(control[:n, SLEEPING])  # type: ignore[arg-type]
 
     def announce(self, workers: Sequence[int], seq: int, kind: int) -> None:
         """Store the command word for each worker and ring those that sleep."""
         words = self.words
         word = encode_command(seq, kind)
-        for w in workers:
-            words[w * _ROW + CMD] = word
+        if len(workers) == self.n_workers:  # a batch: every worker, in one store
+            self._cmd_column[:] = word
+        else:
+            for w in workers:
+                words[w * _ROW + CMD] = word
         fence()
-        if kind & KIND_PIPE:
-            return  # the pipe message itself wakes a sleeping worker
+        if kind & KIND_PIPE or not any(self._sleeping):
+            return  # the pipe message itself wakes a sleeping worker; nobody sleeps
         for w in workers:
             if words[w * _ROW + SLEEPING]:
                 try:
@@ -240,12 +249,16 @@ class ParentDoorbell:
         return self.words[w * _ROW + DONE] >> 1 == seq  # type: ignore[no-any-return]
 
     def all_done(self, seq: int) -> bool:
-        """Whether every worker finished step ``seq``."""
-        words = self.words
-        for i in self._done_words:  # a plain loop: this runs several times per step
-            if words[i] >> 1 != seq:
-                return False
-        return True
+        """Whether every worker finished step ``seq``.
+
+        No worker can be past the newest command, so "every DONE word at least
+        ``seq``" is one ``min`` over the column.
+        """
+        return min(self._done) >> 1 >= seq  # type: ignore[no-any-return]
+
+    def any_message(self) -> bool:
+        """Whether some worker sent a message with its last step (after :meth:`all_done`)."""
+        return any(w & 1 for w in self._done)  # type: ignore[operator]
 
     def done_words(self) -> list[int]:
         """The sequence number each worker last finished."""
@@ -282,6 +295,21 @@ class ParentDoorbell:
         if finished():
             parent[WAITING] = NOT_WAITING
             return []
+        return self._poll(poller, timeout_ms)
+
+    def wait_all(self, seq: int, poller: select.poll, timeout_ms: int) -> list[tuple[int, int]]:
+        """:meth:`wait` for a batch step ``seq`` (``WAIT_ALL``), with the check inlined."""
+        parent = self.parent
+        parent[WAITING] = WAIT_ALL
+        fence()
+        if min(self._done) >> 1 >= seq:
+            parent[WAITING] = NOT_WAITING
+            return []
+        return self._poll(poller, timeout_ms)
+
+    def _poll(self, poller: select.poll, timeout_ms: int) -> list[tuple[int, int]]:
+        """Sleep in ``poll``, stop waiting, drain the wake-up pipe; the other events."""
+        parent = self.parent
         events = poller.poll(timeout_ms)
         parent[WAITING] = NOT_WAITING
         try:
