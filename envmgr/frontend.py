@@ -50,6 +50,7 @@ from envmgr.restarts import RestartBudget
 from envmgr.shared_memory import SharedBuffers
 from envmgr.timer_merge import WorkerTimers
 from envmgr.validation import reset_arguments
+from envmgr.vectorgroup import hosted_autoreset_mode
 
 __all__ = ["BatchedVectorEnv", "FrontEndOptions", "RESTARTED_INFO_KEY"]
 
@@ -134,17 +135,7 @@ class BatchedVectorEnv(CallsMixin, VectorEnv):  # type: ignore[type-arg]
         self.action_space = batch_space(self.single_action_space, self.num_envs)
         self.metadata = dict(first.metadata)
         if options.get("vector_fn") is not None:
-            # A hosted VectorEnv autoresets itself: its own mode is the manager's.
-            own = AutoresetMode(first.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP))
-            asked = options.get("autoreset_mode")
-            if asked is not None and AutoresetMode(asked) != own:
-                raise ValueError(
-                    f"autoreset_mode={AutoresetMode(asked).value!r}, but the VectorEnv that "
-                    f"vector_fn builds autoresets in mode {own.value!r} (its "
-                    "metadata['autoreset_mode']): drop autoreset_mode= or build the env in "
-                    "that mode"
-                )
-            self.autoreset_mode = own
+            self.autoreset_mode = hosted_autoreset_mode(first.metadata, options)
         self.metadata["autoreset_mode"] = self.autoreset_mode
         self.render_mode = first.render_mode
         self.spec = first.spec
@@ -539,15 +530,9 @@ class BatchedVectorEnv(CallsMixin, VectorEnv):  # type: ignore[type-arg]
         self._merge_timers(answers)
 
     def env_step_seconds(self) -> tuple[np.ndarray, np.ndarray]:
-        """Cumulative seconds inside ``env.step`` and step counts, per env.
-
-        Per-env timings live in two arrays rather than in the timer tree, so 1,000
-        envs cost 16 kB and no tree nodes; the tree holds their sum (``env.step``
-        under each group).
-
-        Returns:
-            ``(seconds, steps)``, copies of shape ``(num_envs,)``.
-        """
+        """``(seconds, steps)``: cumulative ``env.step`` seconds and counts per env, copies of
+        shape ``(num_envs,)``. Two arrays, not tree nodes (1,000 envs cost 16 kB); the tree
+        holds their sum per group."""
         self._check_usable("env_step_seconds")
         self._flush_timers()  # groups publish per-env times when their tree ships
         buffers = self._buffers

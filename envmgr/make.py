@@ -24,8 +24,8 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.envs.registration import EnvSpec, VectorizeMode, load_env_creator
 
-from envmgr.frontend import FrontEndOptions
 from envmgr.manager import SubprocessEnvManager
+from envmgr.options import FrontEndOptions
 
 __all__ = ["make"]
 

@@ -7,20 +7,14 @@ an optional ``count``, ``self`` (seconds not covered by children), ``is_parallel
 ``children`` (name -> node); the root may also carry ``name``, ``gauges`` and ``metadata``.
 
 * :func:`format_tree` - an indented table for the terminal, followed by the gauges.
-* :func:`folded_stacks` - ``a;b;c <microseconds>`` lines of self time per path, the
-  "folded" format that speedscope, ``flamegraph.pl`` and inferno read.
-* :func:`worker_summary` - per worker: time in env calls vs. waiting for commands vs.
-  moving results, and which worker is the straggler.
-* :func:`load_tree` / :func:`check_tree` - read and validate a tree, raising
-  :class:`TimerTreeError` with a one-line message.
+* :func:`folded_stacks` - self time per path as ``a;b;c <µs>`` (speedscope, flamegraph.pl).
+* :func:`worker_summary` - per worker: env calls vs. waiting vs. moving results; the straggler.
+* :func:`load_tree` / :func:`check_tree` - read and validate a tree (one-line errors).
 
-Parallel nodes (``is_parallel``, worker trees merged into the parent) add up time that several
-processes spent concurrently, so a worker total can exceed its parent's wall time; the table
-marks them ``||`` and gives their share of the worker's own wall time, never of the parent.
-The parent merges each worker's tree twice, under ``worker_root`` (all workers summed) and
-``worker_<i>`` (worker ``i`` alone); time-summing views
-(:func:`folded_stacks`, the icicle plot) skip ``worker_root`` when the ``worker_<i>`` nodes are
-present so nothing is counted twice.
+Parallel nodes (``is_parallel``: worker trees merged into the parent, marked ``||``) sum time
+that processes spent concurrently; the table gives their share of the worker's own wall time,
+never of the parent. Each worker's tree is merged under ``worker_root`` (all workers summed)
+and ``worker_<i>``; time-summing views skip ``worker_root`` when ``worker_<i>`` nodes exist.
 """
 
 from __future__ import annotations

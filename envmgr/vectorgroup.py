@@ -9,17 +9,18 @@ backend's ``workers_per_actor > 1`` (the hosted env is a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from time import perf_counter
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from gymnasium.vector import AutoresetMode
 
 from envmgr.batching import tree_map
 from envmgr.envgroup import BuildFailed, EnvGroup, GroupSpec, Infos, unbatched, write_batch
 
-__all__ = ["VectorEnvGroup"]
+__all__ = ["VectorEnvGroup", "hosted_autoreset_mode"]
 
 
 class VectorEnvGroup(EnvGroup):
@@ -187,3 +188,20 @@ def _close(env: Any) -> None:
         env.close()
     except Exception:
         pass
+
+
+def hosted_autoreset_mode(metadata: Mapping[str, Any], options: Mapping[str, Any]) -> AutoresetMode:
+    """The manager's autoreset mode when it hosts VectorEnvs: the hosted env's own.
+
+    A hosted VectorEnv autoresets itself, so an ``autoreset_mode=`` that differs from its
+    ``metadata["autoreset_mode"]`` is refused rather than silently ignored.
+    """
+    own = AutoresetMode(metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP))
+    asked = options.get("autoreset_mode")
+    if asked is not None and AutoresetMode(asked) != own:
+        raise ValueError(
+            f"autoreset_mode={AutoresetMode(asked).value!r}, but the VectorEnv that "
+            f"vector_fn builds autoresets in mode {own.value!r} (its "
+            "metadata['autoreset_mode']): drop autoreset_mode= or build the env in that mode"
+        )
+    return own

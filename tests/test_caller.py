@@ -158,7 +158,7 @@ def test_caller_time_is_its_own_timer_node() -> None:
 
 
 def test_ray_manager_refuses_caller_envs_before_starting_ray() -> None:
-    from envmgr.frontend import check_options
+    from envmgr.options import check_options
 
     with pytest.raises(TypeError, match="only SubprocessEnvManager steps envs"):
         check_options("RayEnvManager", {"caller_envs": 4})

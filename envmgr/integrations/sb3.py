@@ -49,7 +49,7 @@ from stable_baselines3.common.vec_env.base_vec_env import (
     VecEnvStepReturn,
 )
 
-from envmgr.frontend import RESTARTED_INFO_KEY
+from envmgr.batching import RESTARTED_INFO_KEY
 from envmgr.integrations import _sb3_env as remote
 from envmgr.integrations._sb3_env import INFO_KEY, ShimFactory
 from envmgr.manager import SubprocessEnvManager
