@@ -486,7 +486,10 @@ class ProcessBackend:
         self._wake_r = self._wake_w = None  # type: ignore[assignment]
         for pipe_end in [*conns, *wake]:
             if pipe_end is not None:
-                pipe_end.close()
+                try:
+                    pipe_end.close()
+                except OSError:
+                    pass  # closed by its own finalizer first (a manager collected in a cycle)
         for proc in procs:
             try:
                 proc.close()

@@ -17,7 +17,10 @@ step. The bounds below are per step and hold however slow the machine is.
 from __future__ import annotations
 
 import functools
-import gc
+import json
+import subprocess
+import sys
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +28,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
-from envs import DictActionEnv, DictObsEnv, VariableObsEnv, assert_same
+from envs import DictActionEnv, VariableObsEnv, assert_same
 from fault_envs import (
     InjectedFault,
     fault_env_fns,
@@ -375,12 +378,38 @@ def test_usage_error_and_worker_failure_are_the_catchable_bases(tmp_path: Path) 
 
 def test_an_unreferenced_manager_is_cleaned_up_by_its_finalizer() -> None:
     """ "An ``atexit`` hook and ``__del__`` are the safety net": a manager dropped without
-    close() stops its workers and unlinks its segment when it is collected."""
-    envs = SubprocessEnvManager(DictObsEnv, 2, 1, context="fork")
-    envs.reset(seed=0)
-    tokens = [process_token(p) for p in envs.worker_pids]
-    segment = segment_of(envs.worker_pids)
-    del envs
-    gc.collect()
-    assert not wait_gone(tokens, timeout=0.0), "workers outlived their collected manager"
-    assert not segment_path(segment).exists(), "the collected manager's segment is still there"
+    close() stops its workers and unlinks its segment when it is collected. Run in a fresh
+    interpreter: whether the last reference goes at ``del`` must not depend on what earlier
+    tests (or coverage's tracer) left in this one; the child stays alive while we look, so
+    its atexit hook cannot be what cleaned up."""
+    script = textwrap.dedent(
+        f"""
+        import gc, json, sys
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from envs import DictObsEnv
+        from envmgr import SubprocessEnvManager
+        envs = SubprocessEnvManager(DictObsEnv, 2, 1, context="fork")
+        envs.reset(seed=0)
+        print(json.dumps(envs.worker_pids), flush=True)
+        sys.stdin.readline()
+        del envs
+        gc.collect()
+        print("collected", flush=True)
+        sys.stdin.readline()
+        """
+    )
+    with subprocess.Popen(
+        [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    ) as child:
+        assert child.stdin is not None and child.stdout is not None
+        pids = json.loads(child.stdout.readline())
+        tokens = [process_token(p) for p in pids]
+        segment = segment_of(pids)
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        assert child.stdout.readline().strip() == "collected"
+        assert not wait_gone(tokens, timeout=0.0), "workers outlived their collected manager"
+        assert not segment_path(segment).exists(), "the collected manager's segment is still there"
+        child.stdin.write("done\n")
+        child.stdin.flush()
+        assert child.wait(30) == 0
