@@ -26,6 +26,7 @@ from typing import Any
 import gymnasium as gym
 
 import envmgr
+import envmgr.options
 from envmgr import SubprocessEnvManager
 
 #: Vector benchmark envs -> (gymnasium id, the single-env benchmark env of the same dynamics).
@@ -43,14 +44,16 @@ HOSTING_KEYWORDS = ("vector_env_fn", "vector_fn")
 
 def hosting_keyword(manager_cls: Any) -> str | None:
     """The keyword ``manager_cls`` takes a ``fn(num_envs) -> VectorEnv`` factory by, if any."""
-    params = inspect.signature(manager_cls).parameters
+    params = set(inspect.signature(manager_cls).parameters)
+    # Both managers take their shared options (vector_fn among them) as **options.
+    params |= set(getattr(envmgr.options, "FrontEndOptions", dict).__annotations__)
     return next((k for k in HOSTING_KEYWORDS if k in params), None)
 
 
 def hosted_status() -> tuple[bool, str]:
     """Whether this envmgr can host a vector env per worker, and how (or why it cannot)."""
     if hosting_keyword(SubprocessEnvManager) is None:
-        return False, "not available: SubprocessEnvManager has no vector_env_fn (issue 11)"
+        return False, "not available: SubprocessEnvManager has no vector_fn (issue 11)"
     if "vectorization_mode" not in inspect.signature(envmgr.make).parameters:
         return True, "available (envmgr.make() has no vectorization_mode: the manager directly)"
     return True, "available"
