@@ -60,12 +60,15 @@ class Waited:
         lost: Groups that died or overran.
         errors: Exceptions the groups' envs raised (the groups live on).
         fatal: An exception after which its group exited: the manager breaks.
+        raised: An exception an env stepped in this process raised (``caller_envs``);
+            re-raised as is, its group counted among ``answers`` as done.
     """
 
     answers: dict[int, Any] = field(default_factory=dict)
     lost: dict[int, Lost] = field(default_factory=dict)
     errors: list[ErrorResponse] = field(default_factory=list)
     fatal: ErrorResponse | None = None
+    raised: BaseException | None = None
 
 
 class Backend(Protocol):

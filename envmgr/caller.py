@@ -208,9 +208,8 @@ class CallerBackend:
             got = self.inner.wait(workers, timeout, rest, phase)
         else:
             got = Waited()
-        if raised is not None:
-            raise raised
         got.answers[caller] = answer
+        got.raised = raised
         return got
 
     def _behind(self, seqs: Mapping[int, int], workers: Mapping[int, int], need: int) -> bool:

@@ -242,11 +242,12 @@ class BatchedVectorEnv(CallsMixin, VectorEnv):  # type: ignore[type-arg]
             note = f"{self._where(g)}: {lost.reason}"  # names the group that failed
             answers[g] = self._recover(g, lost, None if resets is None else resets.get(g))
             replaced[g] = (self._env_range(g), note)
-        if got.errors:
-            # Every group that answered, even with an error, is done with its send():
-            # left in flight, it would block the reset that recovers from the error.
+        if got.errors or got.raised is not None:
+            # Groups that answered (even with an error) are done with their send().
             for g in (*answers, *(e.worker_index for e in got.errors)):
                 self._inflight.pop(g, None)
+            if got.raised is not None:
+                raise got.raised
             self._raise_remote(got.errors[0])
         return answers, replaced
 

@@ -162,3 +162,23 @@ def test_ray_manager_refuses_caller_envs_before_starting_ray() -> None:
 
     with pytest.raises(TypeError, match="only SubprocessEnvManager steps envs"):
         check_options("RayEnvManager", {"caller_envs": 4})
+
+
+def test_caller_env_exception_in_recv_ends_its_send_and_the_manager_recovers() -> None:
+    """An exception from a caller env during ``recv`` is raised as is, and that group's
+    send() is over: the next ``recv`` collects the workers only (not stale caller rows),
+    after which ``reset`` and stepping go on."""
+    fns = [functools.partial(ExplodingEnv, explode_at=k) for k in (99, 99, 2)]
+    with SubprocessEnvManager(fns, 2, caller_envs=1) as envs:
+        envs.reset(seed=0)
+        actions = np.zeros(3, dtype=np.int64)
+        with pytest.raises(EnvBoom, match="boom at step 2"):
+            for _ in range(10):
+                envs.send(actions)
+                envs.recv(batch_size=3)
+        *_, ids = envs.recv(batch_size=3)  # the workers' steps, still in flight
+        np.testing.assert_array_equal(ids, [0, 1])
+        envs.reset(seed=0)  # nothing left in flight
+        envs.send(actions)
+        *_, ids = envs.recv(batch_size=3)
+        np.testing.assert_array_equal(ids, [0, 1, 2])
