@@ -10,6 +10,8 @@ groups of envs and answers back::
     attach(spaces)               ------------>  the batch arrays (shared memory or private)
     post({group: command})       ------------>  pickled commands to some groups
     post_step(groups, seq, ...)  ------------>  the hot path: actions in, groups woken
+    wait_step(seq, timeout)      <------------  None: the batch is in the arrays, nothing
+                                                more to say (else as wait)
     wait(seqs, timeout, need)    <------------  answers, lost groups, errors
     replace(group)               ------------>  a new group in place of a lost one (its Ready)
     shutdown(graceful)           ------------>  stop everything, free the arrays
@@ -91,6 +93,15 @@ class Backend(Protocol):
     def wait(
         self, seqs: Mapping[int, int], timeout: float | None, need: int | None, phase: str
     ) -> Waited: ...
+
+    def wait_step(self, seq: int, timeout: float | None) -> Waited | None:
+        """Wait for batch step ``seq`` of every group, as :meth:`wait` does.
+
+        Returns ``None`` in the usual case: every group answered, in the batch
+        arrays only (no infos, timers, errors or losses). The hot path: no answer
+        objects are built for it.
+        """
+        ...
 
     def replace(self, g: int, timeout: float | None) -> Ready | Lost: ...
 

@@ -16,6 +16,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector.utils import concatenate, create_empty_array
 
+from envmgr.validation import ARRAY_SPACES
+
 __all__ = [
     "tree_map",
     "copy_tree",
@@ -30,13 +32,6 @@ __all__ = [
 
 #: Info key of envs whose worker (or actor) was replaced during the call.
 RESTARTED_INFO_KEY = "envmgr_restarted"
-
-_ARRAY_SPACES = (
-    gym.spaces.Box,
-    gym.spaces.Discrete,
-    gym.spaces.MultiDiscrete,
-    gym.spaces.MultiBinary,
-)
 
 
 def tree_map(fn: Callable[[np.ndarray], Any], tree: Any) -> Any:
@@ -74,7 +69,7 @@ def scatter_tree(dst: Any, rows: np.ndarray | slice, src: Any) -> None:
 
 def concat_batches(space: gym.Space[Any], parts: Sequence[Any]) -> Any:
     """Join batches of ``space`` (one per group) into one batch, as fresh arrays."""
-    if isinstance(space, _ARRAY_SPACES):
+    if isinstance(space, ARRAY_SPACES):
         return np.concatenate(parts, axis=0)
     if isinstance(space, gym.spaces.Dict):
         return {k: concat_batches(s, [p[k] for p in parts]) for k, s in space.spaces.items()}
@@ -86,7 +81,7 @@ def concat_batches(space: gym.Space[Any], parts: Sequence[Any]) -> Any:
 
 def take_rows(space: gym.Space[Any], batch: Any, rows: np.ndarray | slice) -> Any:
     """Rows ``rows`` of a batch of ``space``, as contiguous arrays (or a tuple of items)."""
-    if isinstance(space, _ARRAY_SPACES):
+    if isinstance(space, ARRAY_SPACES):
         return np.ascontiguousarray(np.asarray(batch)[rows])
     if isinstance(space, gym.spaces.Dict):
         return {k: take_rows(s, batch[k], rows) for k, s in space.spaces.items()}
@@ -165,6 +160,21 @@ class BatchReader:
         else:
             self.per_env = [None] * len(buffers.rewards)
             self.views = create_empty_array(space, len(buffers.rewards))
+
+    def read_batch(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """The whole batch when no group said more than its rows (the usual step).
+
+        Only with observations in the arrays: otherwise every answer carries them.
+        """
+        b = self.buffers
+        views = self.views
+        if not self.copy:
+            obs = views
+        elif type(views) is np.ndarray:
+            obs = views.copy()
+        else:
+            obs = tree_map(np.ndarray.copy, views)
+        return obs, b.rewards.copy(), b.terminations.copy(), b.truncations.copy(), {}
 
     def read(
         self,

@@ -212,6 +212,18 @@ class CallerBackend:
         got.raised = raised
         return got
 
+    def wait_step(self, seq: int, timeout: float | None) -> Waited | None:
+        """:meth:`wait` for batch step ``seq``; ``None`` if nothing but the arrays was said."""
+        answer, raised = self._serve()
+        got = self.inner.wait_step(seq, timeout)  # collected even if the caller's env raised
+        if got is None:
+            if answer is None and raised is None:
+                return None
+            got = Waited(answers=dict.fromkeys(range(self.inner.n_workers)))
+        got.answers[self.caller] = answer
+        got.raised = raised
+        return got
+
     def _behind(self, seqs: Mapping[int, int], workers: Mapping[int, int], need: int) -> bool:
         """First-ready: whether ``need`` finished workers were sent their step before the caller.
 

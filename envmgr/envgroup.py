@@ -159,12 +159,15 @@ class EnvGroup(ABC):
         self.n = spec.size
         self.timers = GroupTimers()
         self.views: dict[str, Any] = {}
+        self.shared_obs = False
         self.env_sec = [0.0] * self.n
         self.env_cnt = [0] * self.n
 
     def attach(self, views: dict[str, Any]) -> None:
         """Write results into ``views`` from now on (this group's rows of the batch arrays)."""
         self.views = views
+        #: The observations go into ``views`` (their space has a fixed shape).
+        self.shared_obs = views.get("observations") is not None
 
     def ready(self, pid: int) -> Ready:
         """The start-up answer: spaces, metadata, a spec plain ``pickle`` can carry, and

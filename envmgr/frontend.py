@@ -173,6 +173,8 @@ class BatchedVectorEnv(CallsMixin, VectorEnv):  # type: ignore[type-arg]
 
     def _check_idle(self, name: str) -> Backend:
         """Refuse a new call while an ``*_async`` call or ``send()`` steps are outstanding."""
+        if not (self.closed or self._pending is not None or self._inflight):
+            return self._backend  # type: ignore[return-value]  # open: _open set it
         backend = self._check_usable(name)
         if self._pending is not None:
             raise AlreadyPendingCallError.on(name, self._pending.kind.value)
@@ -229,7 +231,12 @@ class BatchedVectorEnv(CallsMixin, VectorEnv):  # type: ignore[type-arg]
         """
         backend = self._backend
         assert backend is not None
-        got: Waited = backend.wait(seqs, timeout, need, phase)
+        return self._settle(backend.wait(seqs, timeout, need, phase), phase, resets)
+
+    def _settle(
+        self, got: Waited, phase: str, resets: dict[int, Reset] | None = None
+    ) -> tuple[dict[int, Any], dict[int, tuple[range, str]]]:
+        """What :meth:`_await` makes of a wait: fatal errors raised, lost groups replaced."""
         if got.fatal is not None:
             self._raise_remote(got.fatal, fatal=True)
         answers = got.answers
@@ -395,14 +402,20 @@ class BatchedVectorEnv(CallsMixin, VectorEnv):  # type: ignore[type-arg]
         """Check the actions, hand them to every group: the step's seq and whether timers ship."""
         self._actions.check(actions, None)
         ship = self._worker_timers.want()
-        seq = self._next_seq()
+        self._seq = seq = self._seq + 1
         backend.post_step(self._groups, seq, ship, actions, None)
         self._worker_timers.unshipped = True
         return seq, ship
 
     def _wait_batch_step(self, seq: int, ship: bool, timeout: float | None) -> _Batch:
+        backend = self._backend
+        assert backend is not None
         with timers.hierarchical_timer("workers", self._worker_timers.stack):
-            answers, replaced = self._await(dict.fromkeys(self._groups, seq), timeout, "step")
+            got = backend.wait_step(seq, timeout)
+            if got is not None:
+                answers, replaced = self._settle(got, "step")
+        if got is None:  # the usual step: the whole batch is in the arrays, nothing more
+            return self._reader.read_batch()  # type: ignore[union-attr]
         return self._read(answers, replaced, ship, None)
 
     # ================================================================ first-ready

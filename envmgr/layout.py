@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, TypeVar
 
 import numpy as np
@@ -47,11 +48,12 @@ class Layout:
         base, extra = divmod(num_envs, n_groups)
         return cls.of([base + (g < extra) for g in range(n_groups)])
 
-    @property
+    # Cached: read on every batch step.
+    @cached_property
     def num_envs(self) -> int:
         return sum(self.sizes)
 
-    @property
+    @cached_property
     def n_groups(self) -> int:
         return len(self.sizes)
 

@@ -267,7 +267,10 @@ class ProcessBackend:
         # A batch step: every group, one seq. Only the last worker to finish rings.
         batch = need is None and len(seqs) == self.n_workers and len(set(seqs.values())) == 1
         seq = next(iter(seqs.values())) if batch else None
-        if seq is None or not (bell.all_done(seq) or self._sleep_batch(seq, timeout)):
+        finished = seq is not None and (
+            bell.all_done(seq) or (timeout is None and self._sleep_batch(seq))
+        )
+        if not finished:
             self._sleep(seqs, want, timeout, phase, seq, got)
             if got.fatal is not None:
                 return got
@@ -281,22 +284,38 @@ class ProcessBackend:
         self._read_answers(done[: want - len(got.lost)], seqs, got)
         return got
 
+    def wait_step(self, seq: int, timeout: float | None) -> Waited | None:
+        """:meth:`wait` for batch step ``seq`` of every worker; ``None`` if all is in the arrays."""
+        bell = self._bell
+        assert bell is not None
+        finished = bell.all_done(seq) or (timeout is None and self._sleep_batch(seq))
+        if finished and not bell.any_message():
+            return None
+        # (With a deadline, the general loop keeps it.)
+        return self.wait(dict.fromkeys(range(self.n_workers), seq), timeout, None, "step")
+
     def finished(self, seqs: Mapping[int, int], lost: Mapping[int, Lost]) -> list[int]:
         """The groups of ``seqs`` whose step is done, except those in ``lost``."""
         is_done = self._bell.is_done  # type: ignore[union-attr]
         return [g for g, s in seqs.items() if is_done(g, s) and g not in lost]
 
-    def _sleep_batch(self, seq: int, timeout: float | None) -> bool:
+    def _sleep_batch(self, seq: int) -> bool:
         """The usual batch wait: sleep until the last worker rings. ``False``: use :meth:`_sleep`.
 
-        A lean copy of :meth:`_sleep`'s loop for the hot path (no deadline, no
-        spin); anything else (a dead worker's sentinel, a deadline, a spin
-        budget) goes to the general loop, which sees the same events again.
+        A lean copy of :meth:`_sleep`'s loop for the hot path (no deadline);
+        anything else (a dead worker's sentinel) goes to the general loop, which
+        sees the same events again.
         """
-        if timeout is not None or self.parent_spin_seconds > 0.0:
-            return False
         bell = self._bell
         assert bell is not None
+        if self.parent_spin_seconds > 0.0:
+            spin_end = perf_counter() + self.parent_spin_seconds
+            while not bell.all_done(seq):
+                if perf_counter() > spin_end:
+                    break
+                os.sched_yield()
+            else:
+                return True
         wait_ms = 5  # as in _sleep: re-check every few ms even without a wake-up
         while True:
             if bell.wait_all(seq, self._poller, wait_ms):

@@ -35,8 +35,11 @@ from envmgr.messages import (
 __all__ = ["serve", "error_response", "command_error", "build_error"]
 
 
-def serve(group: EnvGroup, cmd: Command, with_arrays: bool = False) -> Response:
+def serve(group: EnvGroup, cmd: Command, with_arrays: bool = False) -> Response | None:
     """Carry out one command on ``group`` and return its answer.
+
+    ``None`` answers a step or reset whose whole result is in the group's rows of
+    the batch arrays (no infos, timers or observations to carry): the usual step.
 
     Args:
         group: The group.
@@ -90,12 +93,14 @@ def _within(group: EnvGroup, name: str, run: Callable[..., Infos], *args: Any) -
 
 def _answer(
     group: EnvGroup, seq: int, infos: Infos, ship_timers: bool, with_arrays: bool
-) -> StepResponse:
+) -> StepResponse | None:
+    if not (infos or ship_timers or with_arrays) and group.shared_obs:
+        return None
     root = gauges = None
     if ship_timers:
         root, gauges = group.take_timers()
     views = group.views
-    shared_obs = views.get("observations") is not None
+    shared_obs = group.shared_obs
     observations = None if shared_obs else group.observations()
     arrays = None
     if with_arrays:

@@ -64,12 +64,14 @@ _KIND_MASK = 7
 _ROW = 8  # int64 words per control row (one cache line)
 
 _fence_lock = threading.Lock()
+# The fence's two halves, bound once: the per-step callers inline them.
+_acquire, _release = _fence_lock.acquire, _fence_lock.release
 
 
 def fence() -> None:
     """A full memory barrier: a locked read-modify-write orders stores before later loads."""
-    _fence_lock.acquire()
-    _fence_lock.release()
+    _acquire()
+    _release()
 
 
 def encode_command(seq: int, kind: int) -> int:
@@ -192,7 +194,8 @@ class WorkerDoorbell:
     def step_done(self, seq: int, has_message: bool) -> None:
         """Publish that step ``seq`` finished; wake the parent if this worker is the last."""
         self.row[DONE] = (seq << 1) | int(has_message)
-        fence()
+        _acquire()  # fence(), inlined: once per step
+        _release()
         waiting = self.parent[WAITING]
         if waiting == WAIT_ANY or (waiting == WAIT_ALL and self._all_done(seq)):
             try:
@@ -234,7 +237,8 @@ class ParentDoorbell:
         else:
             for w in workers:
                 words[w * _ROW + CMD] = word
-        fence()
+        _acquire()  # fence(), inlined: once per step
+        _release()
         if kind & KIND_PIPE or not any(self._sleeping):
             return  # the pipe message itself wakes a sleeping worker; nobody sleeps
         for w in workers:
@@ -257,8 +261,12 @@ class ParentDoorbell:
         return min(self._done) >> 1 >= seq  # type: ignore[no-any-return]
 
     def any_message(self) -> bool:
-        """Whether some worker sent a message with its last step (after :meth:`all_done`)."""
-        return any(w & 1 for w in self._done)  # type: ignore[operator]
+        """Whether some worker sent a message with its last step (after :meth:`all_done`).
+
+        Every DONE word then holds the same seq, so the largest has the message
+        bit if any does: one C-level ``max``, not a loop over the workers.
+        """
+        return max(self._done) & 1 == 1  # type: ignore[no-any-return]
 
     def done_words(self) -> list[int]:
         """The sequence number each worker last finished."""
@@ -301,7 +309,8 @@ class ParentDoorbell:
         """:meth:`wait` for a batch step ``seq`` (``WAIT_ALL``), with the check inlined."""
         parent = self.parent
         parent[WAITING] = WAIT_ALL
-        fence()
+        _acquire()  # fence(), inlined: once per step
+        _release()
         if min(self._done) >> 1 >= seq:
             parent[WAITING] = NOT_WAITING
             return []

@@ -41,6 +41,7 @@ class WorkerTimers:
         #: The stack (thread) the manager is stepped from; timings merge into it.
         self.stack: TimerStack | None = None
         self.target: TimerNode | None = None
+        self._under: TimerNode | None = None  # the node ``target`` is the child of
         self._thread = threading.get_ident()
         #: Workers hold timings not merged yet.
         self.unshipped = False
@@ -57,11 +58,14 @@ class WorkerTimers:
         if stack is not self.stack:
             self.stack = stack
             self._thread = threading.get_ident()
-        target = stack.current().get_child("workers")
-        if target is not self.target:
-            if self.unshipped and self.target is not None:
-                self._call_flush()
-            self.target = target
+        current = stack.current()
+        if current is not self._under:  # (checked per step: compare before looking up)
+            self._under = current
+            target = current.get_child("workers")
+            if target is not self.target:
+                if self.unshipped and self.target is not None:
+                    self._call_flush()
+                self.target = target
         return perf_counter() - self._last_ship >= self.interval
 
     def merge(self, trees: Iterable[_Shipment], target: TimerNode | None = None) -> None:

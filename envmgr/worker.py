@@ -26,7 +26,7 @@ from typing import Any
 import cloudpickle
 
 from envmgr.envgroup import BuildFailed, EnvGroup, GroupSpec, build_group
-from envmgr.messages import Ack, Attach, Close, Command, ErrorResponse, Step, WorkerConfig
+from envmgr.messages import Ack, Attach, Close, Command, Step, WorkerConfig
 from envmgr.serve import build_error, command_error, error_response, serve
 from envmgr.shared_memory import SharedBuffers
 from envmgr.signalling import SHIP_TIMERS, WorkerDoorbell
@@ -163,8 +163,7 @@ def _serve_forever(
         timers.wait.add_time(perf_counter() - t0)
         if got is None:
             return
-        fast = isinstance(got, tuple)  # a step announced in shared memory
-        if fast:
+        if isinstance(got, tuple):  # a step announced in shared memory
             cmd: Command = Step(got[0], bool(got[1] & SHIP_TIMERS))
         else:
             cmd = pickle.loads(got) if isinstance(got, bytes) else got
@@ -185,15 +184,10 @@ def _serve_forever(
         except BaseException as exc:
             answer = command_error(group, cmd, exc)
         t2 = perf_counter()
-        # Steps announced in shared memory answer there; the pipe carries a
-        # message only when there is something to say.
-        has_message = (
-            not fast
-            or isinstance(answer, ErrorResponse)
-            or bool(
-                answer.infos or answer.timer_root is not None or answer.observations is not None
-            )
-        )
+        # A step or reset whose whole result is in shared memory (no answer) is
+        # answered by its DONE word alone; the pipe carries a message only when
+        # there is something to say.
+        has_message = answer is not None
         ok = _send(conn, config, answer, type(cmd).__name__.lower()) if has_message else True
         if bell is not None:
             bell.step_done(cmd.seq, has_message)

@@ -240,6 +240,10 @@ class RayBackend:
             self._calls.pop(g, None)
         return got
 
+    def wait_step(self, seq: int, timeout: float | None) -> Waited:
+        """:meth:`wait` for batch step ``seq`` of every actor (answers always carry the rows)."""
+        return self.wait(dict.fromkeys(range(self.layout.n_groups), seq), timeout, None, "step")
+
     def _fetch(self, g: int, ref: Any, seq: int, phase: str, got: Waited) -> None:
         exceptions = self.ray.exceptions
         try:
