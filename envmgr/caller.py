@@ -27,8 +27,7 @@ its ``step`` node, as in a worker), shipped as ``worker_caller``.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -88,24 +87,32 @@ def split_caller(
     return checked[:-k], opts, tuple(checked[-k:])
 
 
-@contextmanager
-def _own_stack(stack: timers.TimerStack) -> Iterator[None]:
-    """Make ``stack`` this thread's default while the caller group runs.
+class _OwnStack:
+    """``with own:`` makes ``stack`` this thread's default while the caller group runs.
 
     The group's timers (and any env code timing itself through
     :mod:`envmgr.timers`) then land in the caller group's tree, as they would in
-    a worker, and building the group does not reset the user's own tree.
+    a worker, and building the group does not reset the user's own tree. A class
+    made once, not a generator per use: it wraps every step.
     """
-    local = timers._local
-    had = getattr(local, "stack", None)
-    local.stack = stack
-    try:
-        yield
-    finally:
+
+    __slots__ = ("stack", "_had")
+
+    def __init__(self, stack: timers.TimerStack) -> None:
+        self.stack = stack
+        self._had: timers.TimerStack | None = None
+
+    def __enter__(self) -> None:
+        local = timers._local
+        self._had = getattr(local, "stack", None)
+        local.stack = self.stack
+
+    def __exit__(self, *exc: object) -> None:
+        had, self._had = self._had, None
         if had is None:
-            del local.stack
+            del timers._local.stack
         else:
-            local.stack = had
+            timers._local.stack = had
 
 
 class CallerBackend:
@@ -123,6 +130,8 @@ class CallerBackend:
         self.caller = spec.index
         self._spec = spec
         self._stack = timers.TimerStack()
+        self._own = _OwnStack(self._stack)
+        self._workers = list(range(inner.n_workers))
         self._group: EnvGroup | None = None
         self._queued: Command | None = None
 
@@ -147,7 +156,7 @@ class CallerBackend:
         """Build the caller's envs (their exception raised as is), then start the workers."""
         spec = self._spec
         try:
-            with _own_stack(self._stack):
+            with self._own:
                 self._group = build_group(spec)
         except BuildFailed as failed:
             env = None if failed.env is None else spec.offset + failed.env
@@ -179,9 +188,11 @@ class CallerBackend:
     ) -> None:
         caller = self.caller
         mine = caller in groups
-        self.inner.post_step(
-            [g for g in groups if g != caller] if mine else groups, seq, ship, actions, ids
-        )
+        if len(groups) == self.layout.n_groups:
+            workers: Sequence[int] = self._workers  # a batch step: every group
+        else:
+            workers = [g for g in groups if g != caller] if mine else groups
+        self.inner.post_step(workers, seq, ship, actions, ids)
         if mine:
             buffers = self.inner.buffers
             assert buffers is not None
@@ -243,7 +254,7 @@ class CallerBackend:
         if cmd is None:  # its answer was taken by a wait that raised: nothing is owed
             return None, None
         try:
-            with _own_stack(self._stack):
+            with self._own:
                 return serve(group, cmd), None
         except Exception as exc:
             env = group.current_env
@@ -268,7 +279,7 @@ class CallerBackend:
         try:
             if group is not None:
                 group.attach({})
-                with _own_stack(self._stack):
+                with self._own:
                     group.close()
         finally:
             self.inner.shutdown(graceful)

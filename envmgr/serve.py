@@ -32,7 +32,7 @@ from envmgr.messages import (
     StepResponse,
 )
 
-__all__ = ["serve", "error_response", "command_error", "build_error"]
+__all__ = ["serve", "serve_step", "error_response", "command_error", "build_error"]
 
 
 def serve(group: EnvGroup, cmd: Command, with_arrays: bool = False) -> Response | None:
@@ -49,12 +49,7 @@ def serve(group: EnvGroup, cmd: Command, with_arrays: bool = False) -> Response 
             backend without shared memory).
     """
     if isinstance(cmd, Step):
-        # A shipped root's count: the steps and resets it served (what the parent's
-        # "workers" node counts), not the number of shipments.
-        group.timers.calls += 1
-        actions = cmd.actions if cmd.actions is not None else group.views["actions"]
-        infos = _within(group, "step", group.step, actions)
-        return _answer(group, cmd.seq, infos, cmd.ship_timers, with_arrays)
+        return serve_step(group, cmd.seq, cmd.ship_timers, cmd.actions, with_arrays)
     if isinstance(cmd, Reset):
         group.timers.calls += 1
         infos = _within(
@@ -76,6 +71,22 @@ def serve(group: EnvGroup, cmd: Command, with_arrays: bool = False) -> Response 
     if isinstance(cmd, FlushTimers):
         return _answer(group, cmd.seq, [], True, False)
     raise TypeError(f"group {group.index}: unknown command {cmd!r}")
+
+
+def serve_step(
+    group: EnvGroup, seq: int, ship_timers: bool, actions: Any, with_arrays: bool = False
+) -> Response | None:
+    """:func:`serve` of ``Step(seq, ship_timers, actions)``, without building the command.
+
+    ``actions``: ``None`` when they are in the group's rows of the batch arrays.
+    """
+    # A shipped root's count: the steps and resets it served (what the parent's
+    # "workers" node counts), not the number of shipments.
+    group.timers.calls += 1
+    if actions is None:
+        actions = group.views["actions"]
+    infos = _within(group, "step", group.step, actions)
+    return _answer(group, seq, infos, ship_timers, with_arrays)
 
 
 def _within(group: EnvGroup, name: str, run: Callable[..., Infos], *args: Any) -> Infos:

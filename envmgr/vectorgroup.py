@@ -87,7 +87,7 @@ class VectorEnvGroup(EnvGroup):
         views["env_steps"][:] = self._calls
 
     def _store(self, obs: Any) -> None:
-        if self.views.get("observations") is not None:
+        if self.shared_obs:
             write_batch(self.views, obs)
         else:
             self._obs = obs

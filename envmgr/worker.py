@@ -27,7 +27,7 @@ import cloudpickle
 
 from envmgr.envgroup import BuildFailed, EnvGroup, GroupSpec, build_group
 from envmgr.messages import Ack, Attach, Close, Command, Step, WorkerConfig
-from envmgr.serve import build_error, command_error, error_response, serve
+from envmgr.serve import build_error, command_error, error_response, serve, serve_step
 from envmgr.shared_memory import SharedBuffers
 from envmgr.signalling import SHIP_TIMERS, WorkerDoorbell
 
@@ -163,34 +163,43 @@ def _serve_forever(
         timers.wait.add_time(perf_counter() - t0)
         if got is None:
             return
-        if isinstance(got, tuple):  # a step announced in shared memory
-            cmd: Command = Step(got[0], bool(got[1] & SHIP_TIMERS))
+        cmd: Command | None = None
+        if isinstance(got, tuple):  # a step announced in shared memory: the hot path
+            seq = got[0]
         else:
             cmd = pickle.loads(got) if isinstance(got, bytes) else got
+            seq = cmd.seq
             if bell is not None:
-                bell.saw(cmd.seq)
-        if isinstance(cmd, Close):
-            _send(conn, config, Ack(config.worker_index, cmd.seq), "close")
-            return
-        if isinstance(cmd, Attach):
-            bell = _attach_layout(group, config, conn, wake, cmd.layout, mapped)
-            _send(conn, config, Ack(config.worker_index, cmd.seq), "attach")
-            # The wait for Attach is the manager's start-up (it waits for every worker
-            # to be ready), timed in the parent's start node: not the first command's.
-            group.timers.restart()
-            continue
+                bell.saw(seq)
+            if isinstance(cmd, Close):
+                _send(conn, config, Ack(config.worker_index, seq), "close")
+                return
+            if isinstance(cmd, Attach):
+                bell = _attach_layout(group, config, conn, wake, cmd.layout, mapped)
+                _send(conn, config, Ack(config.worker_index, seq), "attach")
+                # The wait for Attach is the manager's start-up (it waits for every
+                # worker to be ready), timed in the parent's start node: not the
+                # first command's.
+                group.timers.restart()
+                continue
         try:
-            answer: Any = serve(group, cmd)
+            if cmd is None:
+                answer: Any = serve_step(group, seq, bool(got[1] & SHIP_TIMERS), None)
+            else:
+                answer = serve(group, cmd)
         except BaseException as exc:
-            answer = command_error(group, cmd, exc)
+            answer = command_error(group, Step(seq) if cmd is None else cmd, exc)
         t2 = perf_counter()
         # A step or reset whose whole result is in shared memory (no answer) is
         # answered by its DONE word alone; the pipe carries a message only when
         # there is something to say.
         has_message = answer is not None
-        ok = _send(conn, config, answer, type(cmd).__name__.lower()) if has_message else True
+        if has_message:
+            ok = _send(conn, config, answer, "step" if cmd is None else type(cmd).__name__.lower())
+        else:
+            ok = True
         if bell is not None:
-            bell.step_done(cmd.seq, has_message)
+            bell.step_done(seq, has_message)
         timers.send.add_time(perf_counter() - t2)
         if not ok:
             return

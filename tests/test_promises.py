@@ -188,6 +188,30 @@ def test_parent_spin_seconds_keeps_the_parent_awake() -> None:
     assert written[0.0] > 0, written
 
 
+def test_with_caller_envs_the_parent_spins_by_default() -> None:
+    """With ``caller_envs`` the parent steps envs on its own core, so by default it
+    spins for its workers as long as they spin for it (``spin_seconds``) and is
+    never woken; an explicit ``parent_spin_seconds=0`` still makes it sleep."""
+    written = {}
+    for spin in (None, 0.0):
+        with SubprocessEnvManager(
+            lambda: gym.make("CartPole-v1"),
+            2,
+            4,
+            context="fork",
+            timer_interval=3600.0,
+            spin_seconds=60.0,
+            parent_spin_seconds=spin,
+            caller_envs=2,
+        ) as envs:
+            assert envs.parent_spin_seconds == (60.0 if spin is None else 0.0)
+            envs.reset(seed=0)
+            actions = [envs.action_space.sample() for _ in range(100)]
+            written[spin] = traffic(envs, actions)[1]
+    assert written[None] == 0, written
+    assert written[0.0] > 0, written
+
+
 def test_default_start_method_is_forkserver_with_a_preloaded_server(run_python: Any) -> None:
     """ "the default is forkserver ...; its server preloads numpy and gymnasium": in a fresh
     interpreter, the default manager's forkserver has numpy's extension mapped."""
