@@ -21,10 +21,12 @@ for ``seconds`` at once and adds up their rates.
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import sys
 import traceback
 from collections.abc import Callable
 from multiprocessing.connection import Connection
+from multiprocessing.shared_memory import SharedMemory
 from pathlib import Path
 from time import perf_counter, process_time
 from typing import Any
@@ -42,6 +44,8 @@ from timing import run_for  # noqa: E402
 
 #: Longest wait for a process to build its block (thousands of single envs take seconds).
 START_TIMEOUT = 120.0
+#: int64 words per lock-step word (one cache line each).
+_LINE = 8
 
 
 class SerialLoop:
@@ -119,6 +123,9 @@ def _child(conn: Connection, kind: str, name: str, seed: int, actions: np.ndarra
                 result = run_for(step, actions, k, arg)
                 k += result["batches"]
                 conn.send(("ok", result))
+            elif cmd == "lockstep":
+                k = _follow(step, actions, *arg)
+                conn.send(("ok", None))
     except (EOFError, KeyboardInterrupt):
         pass
     except BaseException:
@@ -129,6 +136,32 @@ def _child(conn: Connection, kind: str, name: str, seed: int, actions: np.ndarra
     finally:
         if block is not None:
             block.close()
+
+
+def _follow(
+    step: Callable[[Any], Any], actions: np.ndarray, segment: str, me: int, last: int
+) -> int:
+    """A lock-step follower: step once per new command word (above ``last``) until ``-1``.
+
+    Waits as envmgr's workers do (spinning, yielding the core every turn); reports each
+    finished step in its own done word. Returns where it is in ``actions``.
+    """
+    shm = SharedMemory(segment)
+    try:
+        words = np.ndarray((len(shm.buf) // 8,), np.int64, shm.buf)
+        while True:
+            while words[0] == last:
+                os.sched_yield()
+            k = int(words[0])
+            if k < 0:
+                break
+            step(actions[k % len(actions)])
+            words[me * _LINE] = k
+            last = k
+        del words
+        return last
+    finally:
+        shm.close()
 
 
 class Ceiling:
@@ -228,3 +261,94 @@ class Ceiling:
         for conn in self.conns:
             conn.close()
         self.conns, self.procs = [], []
+
+
+class LockStep:
+    """``processes`` processes stepping their blocks in lock-step, with nothing else.
+
+    This process steps the first block itself; each other process steps its block when a
+    shared-memory command word changes and reports in its own done word, waiting as
+    envmgr's workers do (spinning, yielding the core each turn). No actions,
+    observations or answers cross between processes. So this is the most any design
+    that steps its batch and then waits for all of it can reach here: the gap from the
+    free-running :class:`Ceiling` is the cost of the barrier alone (one process waiting
+    for the slower one, every step), the gap from envmgr is envmgr's own hand-off.
+    Runner interface as :class:`Ceiling`.
+    """
+
+    def __init__(
+        self, kind: str, name: str, actions: np.ndarray, processes: int, seed: int = 0
+    ) -> None:
+        n = actions.shape[1]
+        sizes = [n // processes + (1 if p < n % processes else 0) for p in range(processes)]
+        self.impl = "lockstep"
+        self.vec = self
+        self.actions = np.ascontiguousarray(actions[:, : sizes[0]])
+        self.block = build_block(kind, name, sizes[0])
+        self.block.reset(seed=seed)
+        self.k = 0
+        self.shm = SharedMemory(create=True, size=8 * _LINE * processes)
+        self.words = np.ndarray((_LINE * processes,), np.int64, self.shm.buf)
+        self.words[:] = 0
+        self._done = self.words[_LINE::_LINE]
+        self.rest: Ceiling | None = None
+        try:
+            if processes > 1:
+                rest = actions[:, sizes[0] :]
+                self.rest = Ceiling(kind, name, rest, processes - 1, seed + sizes[0])
+        except BaseException:
+            self.close()
+            raise
+
+    def _phase(self, go_on: Callable[[int], bool]) -> int:
+        """Lock-step batches while ``go_on(batches so far)``; returns the batches done."""
+        rest, words, done, actions = self.rest, self.words, self._done, self.actions
+        words[0] = self.k  # (the followers are idle: they start from here)
+        if rest is not None:
+            for p, conn in enumerate(rest.conns, 1):
+                conn.send(("lockstep", (self.shm.name, p, self.k)))
+        step, k, m, batches = self.block.step, self.k, len(actions), 0
+        try:
+            while go_on(batches):
+                k += 1
+                words[0] = k
+                step(actions[k % m])
+                while done.min() < k:
+                    os.sched_yield()
+                batches += 1
+        finally:
+            self.k = k
+            words[0] = -1
+            if rest is not None:
+                rest._gather()
+        return batches
+
+    def steps(self, count: int) -> None:
+        self._phase(lambda b: b < count)
+
+    def warm_up(self, seconds: float) -> int:
+        return self.timed(seconds)["batches"]
+
+    def timed(self, seconds: float) -> dict[str, Any]:
+        c0, t0 = process_time(), perf_counter()
+        deadline = t0 + seconds
+        batches = self._phase(lambda b: perf_counter() < deadline)
+        wall = perf_counter() - t0
+        n = self.actions.shape[1] + (sum(self.rest.sizes) if self.rest is not None else 0)
+        return {
+            "batches": batches,
+            "seconds": wall,
+            "cpu_seconds": process_time() - c0,
+            "steps_per_second": batches * n / wall,
+        }
+
+    def close(self) -> None:
+        if self.rest is not None:
+            self.rest.close()
+            self.rest = None
+        self.block.close()
+        if self.shm is not None:
+            del self.words, self._done
+            self.shm.close()
+            self.shm.unlink()
+            self.shm = None

@@ -14,7 +14,7 @@ if str(HERE) not in sys.path:
 import envs as bench_envs  # noqa: E402
 import numpy as np  # noqa: E402
 import vector_case  # noqa: E402
-from ceiling import Ceiling, SerialLoop  # noqa: E402
+from ceiling import Ceiling, LockStep, SerialLoop  # noqa: E402
 from gymnasium.vector import AsyncVectorEnv, SyncVectorEnv  # noqa: E402
 
 from envmgr import SubprocessEnvManager  # noqa: E402
@@ -23,12 +23,14 @@ from envmgr import SubprocessEnvManager  # noqa: E402
 ALL_IMPLS = [
     "serial",
     "ceiling",
+    "lockstep",
     "sync",
     "async",
     "envmgr",
     "envmgr-nocopy",
     "envmgr-firstready",
     "envmgr-hosted",
+    "envmgr-hosted-caller",
     "vector",
     "envpool",
 ]
@@ -36,10 +38,10 @@ ALL_IMPLS = [
 #: is in: issue 13 compares both of envmgr's modes with the ceiling.
 DEFAULT_IMPLS = ["serial", "ceiling", "sync", "async", "envmgr", "envmgr-firstready", "envpool"]
 #: The envmgr variants whose ratios to the peers are reported, and the peers.
-MINE = ["envmgr", "envmgr-nocopy", "envmgr-firstready", "envmgr-hosted"]
-PEERS = ["serial", "ceiling", "sync", "async", "envpool", "vector"]
+MINE = ["envmgr", "envmgr-nocopy", "envmgr-firstready", "envmgr-hosted", "envmgr-hosted-caller"]
+PEERS = ["serial", "ceiling", "lockstep", "sync", "async", "envpool", "vector"]
 #: Implementations that exist only in the vector case.
-VECTOR_ONLY = ["vector", "envmgr-hosted"]
+VECTOR_ONLY = ["vector", "lockstep", "envmgr-hosted", "envmgr-hosted-caller"]
 ENVPOOL_ENVS = {"cartpole": "CartPole-v1", "cartpole-vector": "CartPole-v1"}
 
 
@@ -120,10 +122,14 @@ def build(impl: str, env: str, n: int, workers: int, actions: np.ndarray) -> Any
         if env in vector_case.VECTOR_ENVS:
             return Ceiling("vector", vector_case.VECTOR_ENVS[env][0], actions, workers)
         return Ceiling("serial", env, actions, workers)
+    if impl == "lockstep":
+        return LockStep("vector", vector_case.VECTOR_ENVS[env][0], actions, workers)
     if impl == "vector":
         return vector_case.build_vector(vector_case.VECTOR_ENVS[env][0], n)
     if impl == "envmgr-hosted":
         return vector_case.build_hosted(vector_case.VECTOR_ENVS[env][0], n, workers)
+    if impl == "envmgr-hosted-caller":
+        return vector_case.build_hosted(vector_case.VECTOR_ENVS[env][0], n, workers, caller=True)
     if impl == "serial":
         return SerialLoop(factory, n)
     if impl == "sync":
@@ -156,9 +162,9 @@ def skip_reason(
     impl: str, env: str, n: int, workers: int, envpool_ok: bool, hosted: tuple[bool, str]
 ) -> str | None:
     """``None`` if ``impl`` runs on (env, n); else the reason it is skipped."""
-    if impl in ("envmgr", "envmgr-nocopy", "envmgr-firstready", "envmgr-hosted") and n % workers:
+    if impl in MINE and n % workers:
         return f"n_envs={n} is not a multiple of --workers={workers}"
-    if impl == "ceiling" and n < workers:
+    if impl in ("ceiling", "lockstep") and n < workers:
         return f"n_envs={n} is below --workers={workers}"
     if env in vector_case.VECTOR_ENVS:
         reason = vector_case.skip_reason(impl, n, hosted)

@@ -26,8 +26,10 @@ For every (env, n_envs) configuration, all implementations are built side by sid
   CartPole only, when envpool imports.
 
 The ``cartpole-vector`` env is the batched case (``vector_case.py``): Gymnasium's
-``CartPoleVectorEnv`` in-process, its two-process ceiling, envmgr hosting one vector env
-per worker, envmgr with single envs, and EnvPool, at 256 to 16,384 envs.
+``CartPoleVectorEnv`` in-process, its two-process ceiling, the same two processes in
+lock-step (a bare barrier per step), envmgr hosting one vector env per worker (and with
+the caller hosting one of the blocks), envmgr with single envs, and EnvPool, at 256 to
+16,384 envs.
 
 Every implementation is fed the same pre-sampled action batches (reused cyclically, each
 implementation walking the same sequence), is reset with the same seed, and is warmed up
@@ -109,9 +111,10 @@ def run_config(
         try:
             t0 = perf_counter()
             vec = peers.build(impl, env, n, args.workers, actions)
-            # The ceiling resets its envs in its own processes and is its own runner.
-            runner = vec if impl == "ceiling" else Runner(impl, vec, actions)
-            if impl != "ceiling":
+            # The ceiling and lock-step runs reset their own envs and are their own runners.
+            own = impl in ("ceiling", "lockstep")
+            runner = vec if own else Runner(impl, vec, actions)
+            if not own:
                 vec.reset(seed=0)
             runner.warm_up(args.warmup)
             result.setdefault("build_seconds", {})[impl] = perf_counter() - t0
@@ -161,7 +164,7 @@ def summarize(result: dict[str, Any]) -> None:
     ratios: dict[str, dict[str, Any]] = {}
     # ceiling/serial (ceiling/vector in the batched case): what the extra cores deliver.
     pairs = [(mine, peer) for mine in peers.MINE for peer in peers.PEERS]
-    pairs += [("ceiling", "serial"), ("ceiling", "vector")]
+    pairs += [("ceiling", "serial"), ("ceiling", "vector"), ("lockstep", "ceiling")]
     for mine, peer in pairs:
         ratio = per_round_ratios(samples, mine, peer)
         if ratio is not None:
@@ -440,8 +443,9 @@ def tables(report: dict[str, Any], args: argparse.Namespace) -> str:
             "Batched envs (one CartPoleVectorEnv per process or worker; envmgr hosted: "
             "one vector env per worker):"
         )
-        pairs = [("envmgr-hosted", p) for p in ("vector", "ceiling", "envpool")]
-        pairs += [("envmgr", "ceiling"), ("ceiling", "vector")]
+        pairs = [("envmgr-hosted", p) for p in ("vector", "ceiling", "lockstep", "envpool")]
+        pairs += [("envmgr-hosted-caller", p) for p in ("ceiling", "lockstep", "envpool")]
+        pairs += [("envmgr", "ceiling"), ("ceiling", "vector"), ("lockstep", "ceiling")]
         out.append(bench_report.markdown_table(vector, vector_case.VECTOR_IMPLS, pairs))
         out.append(f"envmgr hosting: {report['config']['envmgr_hosting']}")
     notes = sorted(

@@ -7,11 +7,13 @@ with array operations (Gymnasium's ``CartPoleVectorEnv``). The implementations c
   ``gymnasium.make_vec("CartPole-v1", n, vectorization_mode="vector_entry_point")``;
 * ``ceiling``: ``W`` independent processes, each stepping its ``n / W`` envs as such an
   in-process vector env at the same time (no communication): the machine's ceiling;
+* ``lockstep``: the same ``W`` processes stepping in lock-step through a bare
+  shared-memory barrier (this process is one of them), nothing else exchanged: the most a
+  step-then-wait design can reach here (``ceiling.LockStep``);
 * ``envmgr-hosted``: envmgr hosting one vector env per worker,
-  ``envmgr.make("CartPole-v1", num_envs=n, n_workers=W, vectorization_mode="vector_entry_point")``
-  (where ``make`` lacks that mode yet but the manager can host, the manager is built
-  directly with the same ``make_vec`` call per worker; where envmgr cannot host at all,
-  the run says why and leaves the column out);
+  ``envmgr.make("CartPole-v1", num_envs=n, n_workers=W, vectorization_mode="vector_entry_point")``;
+* ``envmgr-hosted-caller``: the same with the caller hosting the last block
+  (``n_workers=W - 1``, ``vector_kwargs={"caller_envs": n // W}``);
 * ``envmgr``: envmgr with ``n`` single CartPole envs (up to :data:`SINGLE_ENV_LIMIT` envs;
   beyond that one sample takes too long to be worth it);
 * ``envpool``: EnvPool's C++ CartPole where it is installed.
@@ -19,7 +21,6 @@ with array operations (Gymnasium's ``CartPoleVectorEnv``). The implementations c
 
 from __future__ import annotations
 
-import functools
 import inspect
 from typing import Any
 
@@ -32,7 +33,15 @@ from envmgr import SubprocessEnvManager
 #: Vector benchmark envs -> (gymnasium id, the single-env benchmark env of the same dynamics).
 VECTOR_ENVS = {"cartpole-vector": ("CartPole-v1", "cartpole")}
 #: Implementations of the vector case, in table order.
-VECTOR_IMPLS = ["vector", "ceiling", "envmgr-hosted", "envmgr", "envpool"]
+VECTOR_IMPLS = [
+    "vector",
+    "ceiling",
+    "lockstep",
+    "envmgr-hosted",
+    "envmgr-hosted-caller",
+    "envmgr",
+    "envpool",
+]
 #: envmgr with single envs runs up to this many envs.
 SINGLE_ENV_LIMIT = 2048
 
@@ -64,28 +73,25 @@ def build_vector(env_id: str, n: int) -> Any:
     return gym.make_vec(env_id, num_envs=n, vectorization_mode="vector_entry_point")
 
 
-def build_hosted(env_id: str, n: int, workers: int) -> Any:
-    """envmgr hosting one batched env of ``n / workers`` envs in each worker.
+def build_hosted(env_id: str, n: int, workers: int, caller: bool = False) -> Any:
+    """envmgr hosting one batched env of ``n / workers`` envs per worker, the way users ask.
 
-    Through ``envmgr.make(..., vectorization_mode="vector_entry_point")``, the way users
-    ask for it; where ``make`` does not take that yet, through the manager's factory
-    keyword with the same ``gymnasium.make_vec`` call in each worker.
+    ``caller``: the calling process hosts the last block itself (``caller_envs``), so
+    ``workers - 1`` worker processes host the others.
     """
-    if "vectorization_mode" in inspect.signature(envmgr.make).parameters:
-        make: Any = envmgr.make  # the keyword arrives with issue 11
-        return make(env_id, num_envs=n, n_workers=workers, vectorization_mode="vector_entry_point")
-    key = hosting_keyword(SubprocessEnvManager)
-    if key is None:
-        raise TypeError("SubprocessEnvManager cannot host a vector env here (issue 11)")
-    # A partial of a gymnasium function pickles by reference: no benchmark module needed there.
-    fn = functools.partial(gym.make_vec, env_id, vectorization_mode="vector_entry_point")
-    ctor: Any = SubprocessEnvManager
-    return ctor(**{key: fn}, num_envs=n, n_workers=workers)
+    share = n // workers
+    return envmgr.make(
+        env_id,
+        num_envs=n,
+        n_workers=workers - 1 if caller else workers,
+        vectorization_mode="vector_entry_point",
+        vector_kwargs={"caller_envs": share} if caller else None,
+    )
 
 
 def skip_reason(impl: str, n: int, hosted: tuple[bool, str]) -> str | None:
     """``None`` if ``impl`` runs in the vector case at ``n`` envs; else why it is skipped."""
-    if impl == "envmgr-hosted" and not hosted[0]:
+    if impl.startswith("envmgr-hosted") and not hosted[0]:
         return f"envmgr hosting {hosted[1]}"
     if impl == "envmgr" and n > SINGLE_ENV_LIMIT:
         return f"single envs only up to {SINGLE_ENV_LIMIT} envs (too slow beyond)"
