@@ -19,6 +19,11 @@ In one run it:
    each Ray row's ratio to the local manager with the same number of envs
    (median of the per-round ratios).
 
+With the hosted case it also times, in the same rounds, Ray's round trip alone: two
+actors with no envs answering each call with a hosted step's arrays. A Ray batch step
+costs at least the local batch plus that round trip, so ``local / (local + round trip)``
+bounds Ray / local on this machine whatever envmgr does.
+
 The hosted case (issue 11): with ``--hosted-envs-per-actor E`` (default 2048; 0 skips it),
 each worker or actor hosts one ``CartPoleVectorEnv`` of ``E`` envs instead of ``E`` single
 envs, 2 of them, locally (``SubprocessEnvManager(vector_env_fn=...)``) and on the two Ray
@@ -72,6 +77,36 @@ def hosting_status(remote_cls: Any) -> tuple[str | None, str]:
     if len(set(keys.values())) > 1:
         return None, f"not available: the managers name the factory differently ({keys})"
     return next(iter(keys.values())), "available"
+
+
+class _Echo:
+    """A Ray actor with no envs: answers every call with what a hosted step answers.
+
+    Its round trip with a hosted step's payload is the least a Ray step can cost here.
+    """
+
+    def __init__(self, n: int) -> None:
+        self.answer = (
+            np.zeros((n, 4), np.float32),
+            np.zeros(n, np.float32),
+            np.zeros(n, np.bool_),
+            np.zeros(n, np.bool_),
+        )
+
+    def run(self, actions: np.ndarray) -> tuple[np.ndarray, ...]:
+        return self.answer
+
+
+def round_trip_us(ray: Any, actors: list[Any], n: int, seconds: float) -> float:
+    """Median µs of one round trip to every actor at once, with an ``n``-action payload."""
+    actions = np.zeros(n, np.int64)
+    times = []
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        t0 = time.perf_counter()
+        ray.get([a.run.remote(actions) for a in actors])
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times[len(times) // 10 :]) * 1e6
 
 
 def step_rate(envs: Any, seconds: float) -> float:
@@ -162,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     timings.append(("cluster: head node up", time.perf_counter() - t0))
     managers: list[Any] = []
+    floor: tuple[list[Any], int, str] | None = None  # echo actors, envs each, local row
+    floor_name = ""
     # name -> (envs, rate function); "local" rows are the baselines.
     runs: dict[str, tuple[int, Callable[[], float]]] = {}
     baseline: dict[str, str] = {}
@@ -229,13 +266,24 @@ def main(argv: list[str] | None = None) -> int:
             name_r = f"RayEnvManager hosted 2 x {e} (step)"
             runs[name_r] = (2 * e, lambda m=remote: step_rate(m, args.seconds))
             baseline[name_r] = name
+            echo_cls = ray.remote(num_cpus=0)(_Echo)
+            echoes = [
+                echo_cls.options(resources=r).remote(e)
+                for r in ({"node_a": 0.01}, {"node_b": 0.01})
+            ]
+            ray.get([a.run.remote(np.zeros(1)) for a in echoes])
+            floor_name = f"hosted 2 x {e}"
+            floor = (echoes, e, name)
 
         samples: dict[str, list[float]] = {name: [] for name in runs}
         names = list(runs)
+        floor_us: list[float] = []
         for r in range(args.rounds):
             shift = r % len(names)
             for name in names[shift:] + names[:shift]:
                 samples[name].append(runs[name][1]())
+            if floor is not None:
+                floor_us.append(round_trip_us(ray, floor[0], floor[1], args.seconds))
             print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
     finally:
         for m in managers:
@@ -262,6 +310,18 @@ def main(argv: list[str] | None = None) -> int:
             pairs = zip(samples[name], samples[baseline[name]], strict=True)
             ratio = f"{statistics.median([s / b for s, b in pairs]):8.2f}x"
         print(f"{name:60} {n:5d} {rate:12,.0f} {ratio:>9}")
+    if floor is not None and floor_us:
+        # The least a Ray batch step can cost here is the local batch plus one round trip.
+        e, local_name = floor[1], floor[2]
+        local_us = [2 * e / s * 1e6 for s in samples[local_name]]
+        bound = [lo / (lo + f) for lo, f in zip(local_us, floor_us, strict=True)]
+        print(
+            f"\nRay round trip alone ({floor_name}: 2 actors with no envs, answering with the "
+            f"hosted step's arrays, {e * 8 // 1024} KB of actions in and "
+            f"{e * 22 // 1024} KB out each): {statistics.median(floor_us):,.0f} µs; the local "
+            f"hosted batch step: {statistics.median(local_us):,.0f} µs; so Ray / local can "
+            f"reach at most {statistics.median(bound):.2f}x here, whatever envmgr does"
+        )
     print()
     print(f"{'Ray start / stop':60} {'seconds':>12}")
     print("-" * 73)
