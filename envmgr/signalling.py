@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import select
+import struct
 import threading
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
@@ -62,6 +63,9 @@ NOT_WAITING, WAIT_ALL, WAIT_ANY = 0, 1, 2
 KIND_STEP, KIND_PIPE, SHIP_TIMERS = 1, 2, 4
 _KIND_MASK = 7
 _ROW = 8  # int64 words per control row (one cache line)
+
+#: ``Connection.send_bytes(b"")`` on the wire: a zero length, 4 bytes big-endian.
+_EMPTY_MESSAGE = struct.pack("!i", 0)
 
 _fence_lock = threading.Lock()
 # The fence's two halves, bound once: the per-step callers inline them.
@@ -244,7 +248,10 @@ class ParentDoorbell:
         for w in workers:
             if words[w * _ROW + SLEEPING]:
                 try:
-                    self.conns[w].send_bytes(b"")
+                    # An empty message, framed as Connection.send_bytes(b"") frames it
+                    # (a 4-byte length), in one write instead of its Python layers:
+                    # with more workers than cores, most batches wake several.
+                    os.write(self.conns[w].fileno(), _EMPTY_MESSAGE)
                 except OSError:
                     pass  # a dead worker is reported by the wait, with its exit code
 

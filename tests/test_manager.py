@@ -1032,3 +1032,21 @@ def test_workers_and_segment_go_when_the_parent_is_killed(context: str) -> None:
 def test_dict_obs_space_helper_matches_the_env() -> None:
     # Guards the test env itself: the space helper and the env agree.
     assert DictObsEnv().observation_space == dict_obs_space()
+
+
+def test_the_doorbell_wake_up_is_an_empty_message_of_multiprocessing_pipes() -> None:
+    """The parent wakes a sleeping worker with raw bytes, not ``send_bytes``: they must be
+    what ``Connection.recv_bytes`` reads as an empty message on this Python."""
+    import multiprocessing as mp
+
+    from envmgr import signalling
+
+    reader, writer = mp.Pipe(duplex=False)
+    try:
+        os.write(writer.fileno(), signalling._EMPTY_MESSAGE)
+        writer.send_bytes(b"next")
+        assert reader.recv_bytes() == b""
+        assert reader.recv_bytes() == b"next"
+    finally:
+        reader.close()
+        writer.close()

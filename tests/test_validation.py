@@ -523,3 +523,40 @@ def test_manager_refuses_an_env_instance_with_a_factory_hint() -> None:
                 SubprocessEnvManager(env_fns, context="fork")
     finally:
         env.close()
+
+
+# ------------------------------------------------------------------ the per-step shortcut
+
+
+@pytest.mark.parametrize(
+    "space",
+    [spaces.Discrete(3), spaces.MultiDiscrete([2, 5]), spaces.Box(-1.0, 1.0, (2,), np.float32)],
+    ids=["Discrete", "MultiDiscrete", "Box"],
+)
+def test_a_checker_that_accepted_a_dtype_still_checks_every_later_batch(space: Any) -> None:
+    """Safe mode passes a plain array of a dtype it already accepted at once (the usual
+    step): the shortcut must not let a later batch of that dtype through with the wrong
+    shape, a later batch of another dtype past its own check, or (strict mode) a value
+    out of range."""
+    shape = (N, *space.shape)
+    safe = ActionChecker(space, N, where, "safe")
+    good = np.zeros(shape, dtype=space.dtype)
+    safe.check(good)
+    safe.check(good)  # the shortcut
+    with pytest.raises(ValueError, match=r"shape"):
+        safe.check(np.zeros((N + 1, *space.shape), dtype=space.dtype))
+    with pytest.raises(TypeError, match=r"single value"):
+        safe.check(np.zeros((), dtype=space.dtype))
+    if space.dtype.kind == "i":
+        # Floats are not castable unchanged: that dtype was never accepted, so the
+        # values are looked at.
+        fractional = good.astype(np.float64)
+        fractional.reshape(N, -1)[1, 0] = 0.5
+        with pytest.raises(ValueError, match=r"env 1 \(worker 0\)"):
+            safe.check(fractional)
+    strict = ActionChecker(space, N, where, "strict")
+    strict.check(good)
+    bad = good.copy()
+    bad.reshape(N, -1)[4, 0] = 7
+    with pytest.raises(ValueError, match=r"env 4 \(worker 2\)"):
+        strict.check(bad)
