@@ -10,10 +10,13 @@ notes included, in one place) and merges the groups' timer trees. A backend
       step_async: ActionChecker.check -> backend.post_step(all groups, seq)
                     local: actions copied into shared memory, command words set
                     Ray:   each actor's rows sent with its step call
-      step_wait:  backend.wait({group: seq})  -> answers / lost / errors
-                    lost group -> _recover: budget, backend.replace, reset it
-                  timers merged; obs, rewards, flags read from the batch arrays
-                  infos = the groups' infos + restart notes -> (obs, r, term, trunc, infos)
+      step_wait:  backend.wait_step(seq)
+                    None (the usual step) -> obs, rewards, flags copied from the arrays
+                    else answers / lost / errors:
+                      lost group -> _recover: budget, backend.replace, reset it
+                      timers merged; obs, rewards, flags read from the batch arrays
+                      infos = the groups' infos + restart notes
+                  -> (obs, r, term, trunc, infos)
 
 Broken is not closed: after a failure that is not recovered, every later call
 raises :class:`~envmgr.errors.BrokenManagerError` caused by that failure;
@@ -43,6 +46,7 @@ from envmgr.errors import (
     RemoteTraceback,
     WorkerFailure,
 )
+from envmgr.firstready import FirstReadyMixin
 from envmgr.layout import Layout
 from envmgr.messages import FlushTimers, Ready, Reset, StepResponse
 from envmgr.options import DEFAULT_START_TIMEOUT, DEFAULT_TIMER_INTERVAL, FrontEndOptions
@@ -58,7 +62,7 @@ __all__ = ["BatchedVectorEnv", "FrontEndOptions", "RESTARTED_INFO_KEY"]
 _Batch = tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]
 
 
-class BatchedVectorEnv(CallsMixin, VectorEnv):  # type: ignore[type-arg]
+class BatchedVectorEnv(CallsMixin, FirstReadyMixin, VectorEnv):  # type: ignore[type-arg]
     """A ``VectorEnv`` over groups of envs run by a backend; the managers subclass it.
 
     A subclass builds its backend and calls :meth:`_open` with it.
@@ -417,87 +421,6 @@ class BatchedVectorEnv(CallsMixin, VectorEnv):  # type: ignore[type-arg]
         if got is None:  # the usual step: the whole batch is in the arrays, nothing more
             return self._reader.read_batch()  # type: ignore[union-attr]
         return self._read(answers, replaced, ship, None)
-
-    # ================================================================ first-ready
-
-    def send(self, actions: Any, env_ids: Sequence[int] | np.ndarray | None = None) -> None:
-        """Start stepping some envs without waiting (EnvPool's ``send``).
-
-        Together with :meth:`recv` this gives first-ready stepping: each group
-        runs as soon as it has actions, and ``recv`` returns whichever finish
-        first, so one slow env no longer holds the whole batch back.
-
-        Args:
-            actions: Batched actions for ``env_ids`` (row ``j`` for ``env_ids[j]``).
-            env_ids: Global env indices to step; they must be whole groups (as
-                :meth:`recv` returns them). ``None`` steps every env.
-
-        Raises:
-            ValueError: Ids out of range or that split a group.
-            AlreadyPendingCallError: A chosen group already has a step in flight.
-        """
-        backend = self._check_usable("send")
-        if self._pending is not None:
-            kind = self._pending.kind.value
-            raise AlreadyPendingCallError(f"cannot send while a {kind} call is pending", kind)
-        ids, groups = self._layout.whole_groups(env_ids, self.group_noun)
-        busy = [g for g in groups if g in self._inflight]
-        if busy:
-            raise AlreadyPendingCallError(
-                f"{self._where(busy[0])} already has a step in flight: recv() it first", "send"
-            )
-        self._actions.check(actions, ids)
-        ship = self._worker_timers.want()
-        seq = self._next_seq()
-        backend.post_step(groups, seq, ship, actions, ids)
-        for g in groups:
-            self._inflight[g] = seq
-        self._worker_timers.unshipped = True
-
-    def async_reset(
-        self, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None
-    ) -> None:
-        """Reset every env without waiting; :meth:`recv` returns the groups as they finish.
-
-        A first-ready loop can start with this instead of ``reset()`` then
-        ``send()``: each group starts stepping as soon as its own reset is
-        received. Resets come back from :meth:`recv` with zero rewards and no flags.
-        """
-        self._check_idle("async_reset")
-        if options is not None and "reset_mask" in options:
-            raise ValueError("async_reset() resets every env: reset_mask is not supported here")
-        self._inflight.update(self._post_reset(seed, options).seqs)
-
-    def recv(
-        self, batch_size: int | None = None, timeout: float | None = None
-    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any], np.ndarray]:
-        """Return the first groups to finish their :meth:`send` (EnvPool's ``recv``).
-
-        Args:
-            batch_size: Envs to return, rounded up to whole groups; defaults to one
-                group. Capped at what is in flight.
-            timeout: Seconds to wait; defaults to the manager's ``step_timeout``.
-
-        Returns:
-            ``(obs, rewards, terminations, truncations, infos, env_ids)`` for the
-            returned envs, in ``env_ids`` order (ascending group index).
-        """
-        self._check_usable("recv")
-        if not self._inflight:
-            raise NoAsyncCallError("recv() called with no step in flight: send() first", "recv")
-        size = max(self._layout.sizes)
-        need = min(len(self._inflight), max(1, -(-(batch_size or size) // size)))
-        with timers.hierarchical_timer("workers", self._worker_timers.stack):
-            answers, replaced = self._await(
-                dict(self._inflight), self._timeout(timeout), "step", need
-            )
-        chosen = sorted(answers)
-        for g in chosen:
-            del self._inflight[g]
-        ids = np.concatenate([np.arange(r.start, r.stop) for r in map(self._env_range, chosen)])
-        ship = any(a is not None and a.timer_root is not None for a in answers.values())
-        obs, rewards, terms, truncs, infos = self._read(answers, replaced, ship, ids)
-        return obs, rewards, terms, truncs, infos, ids
 
     # ================================================================ timers
 
