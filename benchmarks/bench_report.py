@@ -37,6 +37,12 @@ MARKERS = {
 }
 
 
+def _colour(impl: str) -> str:
+    """One colour per implementation (matplotlib's ten, then two more)."""
+    i = list(LABELS).index(impl)
+    return f"C{i}" if i < 10 else ("black", "saddlebrown")[i - 10]
+
+
 def fmt_rate(x: float | None) -> str:
     if x is None or x != x:
         return "–"
@@ -185,7 +191,7 @@ def plot(configs: list[dict[str, Any]], path: Path, title: str) -> None:
                 med,
                 yerr=[lo, hi],
                 marker=MARKERS[impl],
-                color=f"C{list(LABELS).index(impl)}",  # one colour per implementation
+                color=_colour(impl),
                 linestyle=style,
                 capsize=3,
                 label=LABELS[impl],
@@ -197,7 +203,7 @@ def plot(configs: list[dict[str, Any]], path: Path, title: str) -> None:
             if got:
                 notes.append(f"{mine}/ceiling: " + ", ".join(f"{n}: {r:.2f}" for n, r in got))
         if notes:
-            ax.text(0.02, 0.02, "\n".join(notes), transform=ax.transAxes, fontsize=7)
+            ax.text(0.02, 0.98, "\n".join(notes), transform=ax.transAxes, fontsize=7, va="top")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ticks = sorted({c["n_envs"] for c in cs})
@@ -207,7 +213,7 @@ def plot(configs: list[dict[str, Any]], path: Path, title: str) -> None:
         ax.set_xlabel("n_envs")
         ax.set_ylabel("env-steps/s (median, min-max)")
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=7, loc="best")
     for ax in list(axes.flat)[len(env_names) :]:
         ax.set_visible(False)
     fig.suptitle(title, fontsize=10)

@@ -53,8 +53,9 @@ def test_throughput_ceiling_extras_and_output_in_cwd(tmp_path: Path) -> None:
     (ceiling,) = noop["samples"]["ceiling"]
     assert [p["n_envs"] for p in ceiling["per_process"]] == [2, 2]
     assert {"envmgr/serial", "envmgr/ceiling", "ceiling/serial"} <= set(noop["ratios"])
-    assert {"vector", "ceiling"} <= set(vector["samples"])
-    assert "envmgr-hosted" in vector["samples"] or "envmgr-hosted" in vector["skipped"]
+    assert {"vector", "ceiling", "lockstep"} <= set(vector["samples"])
+    assert {"envmgr-hosted", "envmgr-hosted-caller"} <= set(vector["samples"]), vector["errors"]
+    assert {"lockstep/ceiling", "envmgr-hosted-caller/lockstep"} <= set(vector["ratios"])
     assert set(report["scaling"]["median_parent_cpu_us_per_batch"]) == {"1", "2"}
     (floor,) = report["floor"]["layouts"]
     assert set(floor["samples"]) == {"envmgr", "floor"}, floor.get("error")
@@ -89,3 +90,9 @@ def test_policy_loop_smoke(tmp_path: Path) -> None:
     assert {"serial", "sync", "pool"} <= loops
     assert "caller" in loops or "caller" in report["skipped"]
     assert "| pool | mlp |" in proc.stdout
+
+
+def test_parent_instructions_child_steps_a_manager(tmp_path: Path) -> None:
+    """The script's traced child (valgrind itself is not needed for this) builds and steps
+    the manager whose parent it counts."""
+    run("parent_instructions.py", "--child", "2x3x5", cwd=tmp_path)

@@ -1,0 +1,106 @@
+#!/usr/bin/env python
+"""The parent's cost per batch step in instructions: a count that machine noise cannot move.
+
+Usage (from the repository root; needs valgrind, e.g. ``apt-get install valgrind``)::
+
+    python benchmarks/parent_instructions.py                      # 1 x 4 and 2 x 64, no-op env
+    python benchmarks/parent_instructions.py --layouts 2x64 --compare ../old-checkout
+
+On a shared 2-vCPU VM, µs of parent CPU per batch step drift by 2x within an hour as the
+host's load changes, which hides a 30% change of envmgr's own cost. Instructions do not
+drift: ``valgrind --tool=callgrind`` counts what the parent process executes (workers
+are not traced), the same for the same code whatever else the machine is doing. Each
+layout runs twice, stepping 200 and 5,200 batches after the same start-up; the
+difference over 5,000 is the parent's instructions per batch step (start-up and import
+cancel out). Under valgrind the parent runs ~50x slower, so two things that depend on
+the clock are held still: workers spin for a minute (``spin_seconds=60``), so the parent
+never has to wake one (it would otherwise find every worker asleep, which a real run
+rarely does), and workers ship their timer trees only at the end
+(``timer_interval=3600``), as a real run does once a second, not every few steps.
+
+``--compare DIR`` also measures the envmgr in checkout ``DIR`` (put first on
+``PYTHONPATH``): before/after a change, in one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+STEPS = (200, 5200)
+
+
+def child(workers: int, envs: int, steps: int) -> None:
+    """Build the manager, step ``steps`` batches of no-op envs, close."""
+    sys.path.insert(0, str(HERE))
+    import envs as bench_envs
+    import numpy as np
+
+    import envmgr
+
+    bench_envs.make_picklable()
+    actions = np.zeros((8, workers * envs), dtype=np.int64)
+    factory = bench_envs.FACTORIES["noop"]
+    manager = envmgr.SubprocessEnvManager
+    with manager(factory, workers, envs, spin_seconds=60.0, timer_interval=3600.0) as m:
+        m.reset(seed=0)
+        for i in range(steps):
+            m.step(actions[i % 8])
+
+
+def count(workers: int, envs: int, steps: int, checkout: Path | None) -> int:
+    """Instructions the parent executed in one run of :func:`child`."""
+    env = dict(os.environ)
+    if checkout is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(checkout), env.get("PYTHONPATH")]))
+    cmd = [
+        "valgrind",
+        "--tool=callgrind",
+        "--trace-children=no",
+        "--callgrind-out-file=/dev/null",
+        sys.executable,
+        __file__,
+        "--child",
+        f"{workers}x{envs}x{steps}",
+    ]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+    found = re.search(r"Collected : (\d+)", out.stderr)
+    if found is None:
+        raise RuntimeError(f"no instruction count in valgrind's output:\n{out.stderr[-2000:]}")
+    return int(found.group(1))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--layouts", default="1x4,2x64", help="WORKERSxENVS (default: %(default)s)")
+    p.add_argument("--compare", type=Path, default=None, help="another checkout to measure too")
+    p.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.child:
+        child(*(int(x) for x in args.child.split("x")))
+        return 0
+    if shutil.which("valgrind") is None:
+        print("needs valgrind (Debian/Ubuntu: apt-get install valgrind)", file=sys.stderr)
+        return 1
+    checkouts: list[tuple[str, Path | None]] = [("this checkout", None)]
+    if args.compare is not None:
+        checkouts.insert(0, (str(args.compare), args.compare.resolve()))
+    print("| envmgr | layout | parent instructions per batch step |")
+    print("|---|---|---:|")
+    for layout in args.layouts.split(","):
+        workers, envs = (int(x) for x in layout.split("x"))
+        for name, checkout in checkouts:
+            a, b = (count(workers, envs, s, checkout) for s in STEPS)
+            per_step = (b - a) / (STEPS[1] - STEPS[0])
+            print(f"| {name} | {workers} x {envs} | {per_step:,.0f} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
