@@ -158,16 +158,14 @@ def wanted(env: str, impls: list[str], nocopy_envs: list[str]) -> list[str]:
     ]
 
 
-def skip_reason(
-    impl: str, env: str, n: int, workers: int, envpool_ok: bool, hosted: tuple[bool, str]
-) -> str | None:
+def skip_reason(impl: str, env: str, n: int, workers: int, envpool_ok: bool) -> str | None:
     """``None`` if ``impl`` runs on (env, n); else the reason it is skipped."""
     if impl in MINE and n % workers:
         return f"n_envs={n} is not a multiple of --workers={workers}"
     if impl in ("ceiling", "lockstep") and n < workers:
         return f"n_envs={n} is below --workers={workers}"
     if env in vector_case.VECTOR_ENVS:
-        reason = vector_case.skip_reason(impl, n, hosted)
+        reason = vector_case.skip_reason(impl, n)
         if reason is not None:
             return reason
     if impl == "envpool":

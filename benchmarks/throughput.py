@@ -100,9 +100,7 @@ def run_config(
     result["actions_seed"] = actions_seed
     runners: list[Any] = []
     for impl in peers.wanted(env, args.impls, args.nocopy_envs):
-        reason = peers.skip_reason(
-            impl, env, n, args.workers, status["envpool"][0], status["hosted"]
-        )
+        reason = peers.skip_reason(impl, env, n, args.workers, status["envpool"][0])
         if reason is not None:
             result["skipped"][impl] = reason
             continue
@@ -226,7 +224,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--impls",
         default=",".join(peers.DEFAULT_IMPLS),
         help=f"implementations, from {','.join(peers.ALL_IMPLS)} (default: %(default)s; "
-        "cartpole-vector always adds vector and envmgr-hosted)",
+        "cartpole-vector always adds vector, lockstep and the envmgr-hosted variants)",
     )
     p.add_argument(
         "--nocopy-envs",
@@ -345,9 +343,7 @@ def progress_total(args: argparse.Namespace, status: dict[str, tuple[bool, str]]
     units = 1
     for e, n in todo(args):
         for impl in peers.wanted(e, args.impls, args.nocopy_envs):
-            reason = peers.skip_reason(
-                impl, e, n, args.workers, status["envpool"][0], status["hosted"]
-            )
+            reason = peers.skip_reason(impl, e, n, args.workers, status["envpool"][0])
             units += 0 if reason else 1 + args.repeats
     if not args.skip_extras:
         units += args.setup_repeats * len(run_context.START_METHODS)
@@ -379,7 +375,6 @@ def run(args: argparse.Namespace, status: dict[str, tuple[bool, str]]) -> dict[s
             **{k: v for k, v in vars(args).items() if k not in ("out", "plot", "prog", "argv")},
             "envpool_num_threads": args.workers,
             "ceiling_processes": args.workers,
-            "envmgr_hosting": status["hosted"][1],
             "async_context": "multiprocessing default",
             "envmgr_context": envmgr.default_start_method(),
         },
@@ -447,7 +442,6 @@ def tables(report: dict[str, Any], args: argparse.Namespace) -> str:
         pairs += [("envmgr-hosted-caller", p) for p in ("ceiling", "lockstep", "envpool")]
         pairs += [("envmgr", "ceiling"), ("ceiling", "vector"), ("lockstep", "ceiling")]
         out.append(bench_report.markdown_table(vector, vector_case.VECTOR_IMPLS, pairs))
-        out.append(f"envmgr hosting: {report['config']['envmgr_hosting']}")
     notes = sorted(
         {
             f"skipped {i}: {r}"
@@ -486,13 +480,11 @@ def tables(report: dict[str, Any], args: argparse.Namespace) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    status = {"envpool": (False, "not requested"), "hosted": vector_case.hosted_status()}
+    status = {"envpool": (False, "not requested")}
     if "envpool" in args.impls and any(e in peers.ENVPOOL_ENVS for e in args.envs):
         status["envpool"] = peers.envpool_status()
         if not status["envpool"][0]:
             print(f"envpool skipped: {status['envpool'][1]}", file=sys.stderr)
-    if any(e in vector_case.VECTOR_ENVS for e in args.envs) and not status["hosted"][0]:
-        print(f"envmgr hosting {status['hosted'][1]}", file=sys.stderr)
     report = run(args, status)
 
     args.out.parent.mkdir(parents=True, exist_ok=True)

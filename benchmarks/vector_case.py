@@ -21,14 +21,11 @@ with array operations (Gymnasium's ``CartPoleVectorEnv``). The implementations c
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 import gymnasium as gym
 
 import envmgr
-import envmgr.options
-from envmgr import SubprocessEnvManager
 
 #: Vector benchmark envs -> (gymnasium id, the single-env benchmark env of the same dynamics).
 VECTOR_ENVS = {"cartpole-vector": ("CartPole-v1", "cartpole")}
@@ -44,28 +41,6 @@ VECTOR_IMPLS = [
 ]
 #: envmgr with single envs runs up to this many envs.
 SINGLE_ENV_LIMIT = 2048
-
-
-#: What the manager calls its batched-env factory (issue 11 decided the first; the second
-#: is the name it had on the way there).
-HOSTING_KEYWORDS = ("vector_env_fn", "vector_fn")
-
-
-def hosting_keyword(manager_cls: Any) -> str | None:
-    """The keyword ``manager_cls`` takes a ``fn(num_envs) -> VectorEnv`` factory by, if any."""
-    params = set(inspect.signature(manager_cls).parameters)
-    # Both managers take their shared options (vector_fn among them) as **options.
-    params |= set(getattr(envmgr.options, "FrontEndOptions", dict).__annotations__)
-    return next((k for k in HOSTING_KEYWORDS if k in params), None)
-
-
-def hosted_status() -> tuple[bool, str]:
-    """Whether this envmgr can host a vector env per worker, and how (or why it cannot)."""
-    if hosting_keyword(SubprocessEnvManager) is None:
-        return False, "not available: SubprocessEnvManager has no vector_fn (issue 11)"
-    if "vectorization_mode" not in inspect.signature(envmgr.make).parameters:
-        return True, "available (envmgr.make() has no vectorization_mode: the manager directly)"
-    return True, "available"
 
 
 def build_vector(env_id: str, n: int) -> Any:
@@ -89,10 +64,8 @@ def build_hosted(env_id: str, n: int, workers: int, caller: bool = False) -> Any
     )
 
 
-def skip_reason(impl: str, n: int, hosted: tuple[bool, str]) -> str | None:
+def skip_reason(impl: str, n: int) -> str | None:
     """``None`` if ``impl`` runs in the vector case at ``n`` envs; else why it is skipped."""
-    if impl.startswith("envmgr-hosted") and not hosted[0]:
-        return f"envmgr hosting {hosted[1]}"
     if impl == "envmgr" and n > SINGLE_ENV_LIMIT:
         return f"single envs only up to {SINGLE_ENV_LIMIT} envs (too slow beyond)"
     return None
