@@ -65,6 +65,10 @@ def _main_module_hidden() -> Iterator[None]:
             sys.modules["__main__"] = main
 
 
+#: The command word's seq for Close: above any command a manager can send.
+_CLOSE_SEQ = 1 << 40
+
+
 class ProcessBackend:
     """Worker processes over shared memory (see the module docstring).
 
@@ -485,12 +489,19 @@ class ProcessBackend:
         """Stop every worker within ``close_timeout`` and unlink shared memory."""
         procs, conns = self.processes, self.conns
         self.processes, self.conns = [], []
-        for proc, conn in zip(procs, conns, strict=True):
+        told = []
+        for w, (proc, conn) in enumerate(zip(procs, conns, strict=True)):
             if proc.is_alive():
                 try:
                     conn.send(Close(0))
+                    told.append(w)
                 except Exception:
                     pass
+        if told and self._bell is not None and self.buffers is not None:
+            # A worker spinning on its command word looks there, not at the pipe: flag
+            # the message, with a seq above any command's, or it would notice only when
+            # its spin budget ran out (a minute, for spin_seconds=60).
+            self._bell.announce(told, _CLOSE_SEQ, KIND_PIPE)
         deadline = monotonic() + self.close_timeout
         for proc in procs:
             proc.join(max(0.0, deadline - monotonic()))

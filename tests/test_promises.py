@@ -196,7 +196,7 @@ def test_with_caller_envs_the_parent_spins_by_default() -> None:
     for spin in (None, 0.0):
         with SubprocessEnvManager(
             lambda: gym.make("CartPole-v1"),
-            2,
+            1,  # one worker and the caller: no more spinning processes than cores
             4,
             context="fork",
             timer_interval=3600.0,

@@ -29,6 +29,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import pytest
 from fault_envs import (
@@ -55,6 +56,7 @@ UNLINKED_WITHIN = 10.0  # seconds for the resource tracker to unlink an orphaned
 # the workers' exit paths out of play).
 CHILD = r"""
 import json, os, sys, time
+import gymnasium as gym
 import numpy as np
 from fault_envs import fault_env_fns, segment_of
 from envmgr import SubprocessEnvManager
@@ -434,3 +436,26 @@ def test_close_with_a_call_pending(how: str) -> None:
     with pytest.raises(ClosedManagerError):
         envs.step_wait()
     envs.close()
+
+
+@pytest.mark.timeout(60)
+def test_close_reaches_workers_that_spin_on_their_command_word() -> None:
+    """A worker spinning for its next command watches its command word, not its pipe:
+    ``close()`` flags its Close message there, so the workers leave at once instead of
+    when their spin budget (here 10 minutes) runs out. Both the spin budget and
+    ``close_timeout`` outlast this test's time limit, so only a prompt exit passes."""
+    envs = SubprocessEnvManager(
+        lambda: gym.make("CartPole-v1"),
+        2,
+        2,
+        context="fork",
+        spin_seconds=600.0,
+        close_timeout=600.0,
+    )
+    pids = list(envs.worker_pids)
+    envs.reset(seed=0)
+    envs.step(np.zeros(4, dtype=np.int64))
+    envs.close()
+    for pid in pids:  # reaped by close(): gone, not left spinning
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
