@@ -497,10 +497,14 @@ class ProcessBackend:
                     told.append(w)
                 except Exception:
                     pass
-        if told and self._bell is not None and self.buffers is not None:
+        if graceful and told and self._bell is not None and self.buffers is not None:
             # A worker spinning on its command word looks there, not at the pipe: flag
             # the message, with a seq above any command's, or it would notice only when
-            # its spin budget ran out (a minute, for spin_seconds=60).
+            # its spin budget ran out (a minute, for spin_seconds=60). Not from a
+            # finalizer or a break (graceful=False): a manager collected in a reference
+            # cycle may find its segment already unmapped by the segment's own
+            # finalizer, and a store there would crash the process; its workers are
+            # terminated after close_timeout instead.
             self._bell.announce(told, _CLOSE_SEQ, KIND_PIPE)
         deadline = monotonic() + self.close_timeout
         for proc in procs:
