@@ -95,7 +95,7 @@ class FirstReadyMixin:
                 f"{self._where(busy[0])} already has a step in flight: recv() it first", "send"
             )
         self._actions.check(actions, ids)
-        ship = self._worker_timers.want()
+        ship = self._worker_timers.want(groups)
         seq = self._next_seq()
         backend.post_step(groups, seq, ship, actions, ids)
         for g in groups:

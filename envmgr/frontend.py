@@ -102,7 +102,7 @@ class BatchedVectorEnv(CallsMixin, FirstReadyMixin, VectorEnv):  # type: ignore[
         self._closing = False
         self._groups = list(range(self._layout.n_groups))
         interval = options.get("timer_interval", DEFAULT_TIMER_INTERVAL)
-        self._worker_timers = WorkerTimers(interval, self._flush_timers)
+        self._worker_timers = WorkerTimers(interval, self._flush_timers, self._layout.n_groups)
         # Start-up is a node of its own, so it is not charged to the first reset or step.
         with timers.hierarchical_timer(f"start_{self.group_noun}") as started:
             readies = backend.start()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from time import perf_counter
 from typing import Any
 
@@ -29,13 +29,19 @@ _Shipment = tuple[str, TimerNode | None, dict[str, GaugeNode] | None]
 class WorkerTimers:
     """The merge target of one manager's worker trees.
 
+    Each group has its own shipping deadline: first-ready stepping sends one group at a
+    time, and a group must ship once per ``interval`` whatever the others do (a single
+    clock reset only when every group had answered would never be reset there, and every
+    step would ship).
+
     Args:
         interval: Seconds between shipments during a steady loop.
         flush: The manager's method that asks every worker for its unshipped
             tree and hands it to :meth:`merge` (held weakly: no reference cycle).
+        n_groups: How many groups ship trees.
     """
 
-    def __init__(self, interval: float, flush: Callable[[], None]) -> None:
+    def __init__(self, interval: float, flush: Callable[[], None], n_groups: int = 1) -> None:
         self.interval = interval
         self._flush = weakref.WeakMethod(flush)  # type: ignore[arg-type]
         #: The stack (thread) the manager is stepped from; timings merge into it.
@@ -45,12 +51,15 @@ class WorkerTimers:
         self._thread = threading.get_ident()
         #: Workers hold timings not merged yet.
         self.unshipped = False
-        self._last_ship = perf_counter()
+        first = perf_counter() + interval
+        self._due = [first] * n_groups  # when each group next ships
+        self._next_due = first  # min(self._due): the per-step check is one comparison
         self._unhook: Callable[[], None] | None = timers.register_flush_hook(self._on_read)
 
-    def want(self) -> bool:
-        """Before a command: whether workers should ship their trees with its answer.
+    def want(self, groups: Sequence[int] | None = None) -> bool:
+        """Before a command to ``groups`` (default all): whether they should ship their trees.
 
+        A yes counts as their shipment: their next one is due ``interval`` from now.
         Also follows the caller's timer context: if it moved, what workers hold
         is flushed into the old place first.
         """
@@ -66,7 +75,18 @@ class WorkerTimers:
                 if self.unshipped and self.target is not None:
                     self._call_flush()
                 self.target = target
-        return perf_counter() - self._last_ship >= self.interval
+        now = perf_counter()
+        if now < self._next_due:
+            return False
+        due = self._due
+        chosen = range(len(due)) if groups is None else groups
+        if all(due[g] > now for g in chosen):
+            return False
+        later = now + self.interval
+        for g in chosen:
+            due[g] = later
+        self._next_due = min(due)
+        return True
 
     def merge(self, trees: Iterable[_Shipment], target: TimerNode | None = None) -> None:
         """Merge ``(subtree name, root, gauges)`` per worker as parallel nodes.
@@ -89,9 +109,11 @@ class WorkerTimers:
                 stack.merge_gauges(gauges)
 
     def shipped(self) -> None:
-        """Every worker's timings are merged."""
+        """Every worker's timings are merged (a flush): none is due for ``interval``."""
         self.unshipped = False
-        self._last_ship = perf_counter()
+        later = perf_counter() + self.interval
+        self._due = [later] * len(self._due)
+        self._next_due = later
 
     def close(self) -> None:
         """Stop pulling timings on reads (the manager is closing)."""

@@ -21,6 +21,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -165,6 +166,43 @@ def test_the_parent_is_woken_once_per_batch() -> None:
         actions = [envs.action_space.sample() for _ in range(60)]
         _, written = traffic(envs, actions)
     assert 0 < written <= 2 * 60, f"workers wrote {written} wake-up bytes in 60 batches"
+
+
+def test_first_ready_workers_ship_timers_once_per_interval_not_every_step() -> None:
+    """Workers ship their trees "once a second" (``timer_interval``) in first-ready
+    stepping too, where the groups are never all answered at once: each group has its
+    own shipping deadline. (A single clock reset only when every group had answered
+    made every send() ship a tree after the first interval.)"""
+    interval = 0.05
+    with SubprocessEnvManager(
+        lambda: gym.make("CartPole-v1"), 2, 4, context="fork", timer_interval=interval
+    ) as envs:
+        shipped: dict[str, int] = {}
+        merge = envs._worker_timers.merge
+
+        def counting_merge(trees: Any, target: Any = None) -> None:
+            trees = list(trees)
+            for name, root, _ in trees:
+                if root is not None:
+                    shipped[name] = shipped.get(name, 0) + 1
+            merge(trees, target)
+
+        envs._worker_timers.merge = counting_merge  # type: ignore[method-assign]
+        envs.reset(seed=0)
+        shipped.clear()
+        t0 = time.perf_counter()
+        envs.send(np.zeros(8, dtype=np.int64))
+        for _ in range(300):
+            *_, ids = envs.recv(batch_size=4)
+            envs.send(np.zeros(len(ids), dtype=np.int64), ids)
+        envs.recv(batch_size=8)
+        elapsed = time.perf_counter() - t0
+    bound = elapsed / interval + 2
+    assert set(shipped) == {"worker_0", "worker_1"} or elapsed < interval, shipped
+    assert all(n <= bound for n in shipped.values()), (
+        f"in {elapsed:.2f} s at timer_interval={interval}: {shipped} shipments per worker "
+        f"(at most {bound:.0f} expected; 300 sends each would mean every step ships)"
+    )
 
 
 def test_parent_spin_seconds_keeps_the_parent_awake() -> None:
