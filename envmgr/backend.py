@@ -10,6 +10,8 @@ groups of envs and answers back::
     attach(spaces)               ------------>  the batch arrays (shared memory or private)
     post({group: command})       ------------>  pickled commands to some groups
     post_step(groups, seq, ...)  ------------>  the hot path: actions in, groups woken
+    ready(seqs, need)            <------------  first-ready's hot path: the first groups
+                                                done, all in the arrays (else None: wait)
     wait_step(seq, timeout)      <------------  None: the batch is in the arrays, nothing
                                                 more to say (else as wait)
     wait(seqs, timeout, need)    <------------  answers, lost groups, errors
@@ -101,6 +103,12 @@ class Backend(Protocol):
         arrays only (no infos, timers, errors or losses). The hot path: no answer
         objects are built for it.
         """
+        ...
+
+    def ready(self, seqs: Mapping[int, int], need: int) -> list[int] | None:
+        """First-ready's usual case, without a deadline: the ``need`` groups of ``seqs``
+        (group -> seq) that finished first, when their answers are all in the batch
+        arrays; ``None`` means "use :meth:`wait`" (a backend may always say so)."""
         ...
 
     def replace(self, g: int, timeout: float | None) -> Ready | Lost: ...

@@ -16,6 +16,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector.utils import concatenate, create_empty_array
 
+from envmgr.layout import Layout
 from envmgr.validation import ARRAY_SPACES
 
 __all__ = [
@@ -131,7 +132,7 @@ class BatchReader:
 
     Args:
         buffers: The batch arrays (``SharedBuffers``: shared or private memory).
-        starts: Global index of each group's first env.
+        layout: The groups.
         space: The single-env observation space.
         copy: Return copies (else views the next step overwrites).
         add_info: Gymnasium's ``VectorEnv._add_info``.
@@ -140,13 +141,14 @@ class BatchReader:
     def __init__(
         self,
         buffers: Any,
-        starts: Sequence[int],
+        layout: Layout,
         space: gym.Space[Any],
         copy: bool,
         add_info: Callable[[dict[str, Any], dict[str, Any], int], dict[str, Any]],
     ) -> None:
         self.buffers = buffers
-        self.starts = starts
+        self.layout = layout
+        self.starts = layout.starts
         self.space = space
         self.copy = copy
         self.add_info = add_info
@@ -175,6 +177,27 @@ class BatchReader:
         else:
             obs = tree_map(np.ndarray.copy, views)
         return obs, b.rewards.copy(), b.terminations.copy(), b.truncations.copy(), {}
+
+    def read_groups(
+        self, groups: list[int]
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any], np.ndarray]:
+        """``recv``'s usual answer: the rows of ``groups`` (ascending), their env ids, no
+        infos; fresh arrays. Only with observations in the arrays (see :meth:`read_batch`)."""
+        b = self.buffers
+        if len(groups) == 1:
+            r = self.layout.range(groups[0])
+            rows = slice(r.start, r.stop)
+            ids = np.arange(r.start, r.stop)
+            obs = tree_map(lambda a: a[rows].copy(), self.views)
+            rewards, terms = b.rewards[rows].copy(), b.terminations[rows].copy()
+            truncs = b.truncations[rows].copy()
+        else:
+            ids = np.concatenate(
+                [np.arange(r.start, r.stop) for r in map(self.layout.range, sorted(groups))]
+            )
+            obs = tree_map(lambda a: a[ids], self.views)  # fancy indexing copies
+            rewards, terms, truncs = b.rewards[ids], b.terminations[ids], b.truncations[ids]
+        return obs, rewards, terms, truncs, {}, ids
 
     def read(
         self,

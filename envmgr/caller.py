@@ -235,6 +235,10 @@ class CallerBackend:
         got.raised = raised
         return got
 
+    def ready(self, seqs: Mapping[int, int], need: int) -> list[int] | None:
+        """The caller group takes its turn in :meth:`wait`: no shortcut here."""
+        return None
+
     def _behind(self, seqs: Mapping[int, int], workers: Mapping[int, int], need: int) -> bool:
         """First-ready: whether ``need`` finished workers were sent their step before the caller.
 

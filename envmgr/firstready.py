@@ -15,7 +15,7 @@ the rest (call order, restarts, infos, timers) is :class:`~envmgr.frontend.Batch
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import numpy as np
 
@@ -41,6 +41,8 @@ class _FrontEnd(Protocol):
     _inflight: dict[int, int]
     _actions: ActionChecks
     _worker_timers: WorkerTimers
+
+    _reader: Any
 
     def _check_usable(self, name: str) -> Backend: ...
     def _check_idle(self, name: str) -> Backend: ...
@@ -88,7 +90,11 @@ class FirstReadyMixin:
         if self._pending is not None:
             kind = self._pending.kind.value
             raise AlreadyPendingCallError(f"cannot send while a {kind} call is pending", kind)
-        ids, groups = self._layout.whole_groups(env_ids, self.group_noun)
+        g = self._layout.group_with_ids(env_ids)  # recv's ids sent straight back
+        if g is not None:
+            ids, groups = cast(np.ndarray, env_ids), [g]
+        else:
+            ids, groups = self._layout.whole_groups(env_ids, self.group_noun)
         busy = [g for g in groups if g in self._inflight]
         if busy:
             raise AlreadyPendingCallError(
@@ -132,15 +138,23 @@ class FirstReadyMixin:
             ``(obs, rewards, terminations, truncations, infos, env_ids)`` for the
             returned envs, in ``env_ids`` order (ascending group index).
         """
-        self._check_usable("recv")
-        if not self._inflight:
+        backend = self._check_usable("recv")
+        inflight = self._inflight
+        if not inflight:
             raise NoAsyncCallError("recv() called with no step in flight: send() first", "recv")
         size = max(self._layout.sizes)
-        need = min(len(self._inflight), max(1, -(-(batch_size or size) // size)))
+        need = min(len(inflight), max(1, -(-(batch_size or size) // size)))
+        timeout = self._timeout(timeout)
         with timers.hierarchical_timer("workers", self._worker_timers.stack):
-            answers, replaced = self._await(
-                dict(self._inflight), self._timeout(timeout), "step", need
-            )
+            # The usual case (no deadline; answers all in the batch arrays) needs no
+            # answer objects; anything else takes the general wait below.
+            ready = None if timeout is not None else backend.ready(inflight, need)
+            if ready is None:
+                answers, replaced = self._await(dict(inflight), timeout, "step", need)
+        if ready is not None:
+            for g in ready:
+                del inflight[g]
+            return self._reader.read_groups(ready)  # type: ignore[union-attr]
         chosen = sorted(answers)
         for g in chosen:
             del self._inflight[g]

@@ -26,6 +26,7 @@ raises :class:`~envmgr.errors.BrokenManagerError` caused by that failure;
 from __future__ import annotations
 
 from collections.abc import Sequence
+from time import perf_counter
 from typing import Any
 
 import numpy as np
@@ -113,7 +114,7 @@ class BatchedVectorEnv(CallsMixin, FirstReadyMixin, VectorEnv):  # type: ignore[
         self._merge_start(started, dict(enumerate(readies)))
         self._reader: BatchReader | None = BatchReader(
             self._buffers,
-            self._layout.starts,
+            self._layout,
             self.single_observation_space,
             copy,
             self._add_info,
@@ -387,10 +388,24 @@ class BatchedVectorEnv(CallsMixin, FirstReadyMixin, VectorEnv):  # type: ignore[
 
     def step(self, actions: Any) -> _Batch:
         """Step every env with its action; see ``gymnasium.vector.VectorEnv.step``."""
-        # step_async + step_wait without the pending-call record in between: this
-        # is the hot path, and nothing can run between the two halves here.
-        seq, ship = self._post_batch_step(self._check_idle("step"), actions)
-        return self._wait_batch_step(seq, ship, self.step_timeout)
+        # step_async + step_wait, inlined: this is the hot path, and nothing can run
+        # between the two halves here. Every call it saves is saved on every step, and
+        # on two cores the parent's time is taken from a worker's core.
+        if self.closed or self._pending is not None or self._inflight:
+            self._check_idle("step")  # raises
+        self._actions.check_batch(actions)
+        worker_timers = self._worker_timers
+        ship = worker_timers.want()
+        self._seq = seq = self._seq + 1
+        backend = self._backend
+        backend.post_step(self._groups, seq, ship, actions, None)  # type: ignore[union-attr]
+        worker_timers.unshipped = True
+        t0 = perf_counter()
+        got = backend.wait_step(seq, self.step_timeout)  # type: ignore[union-attr]
+        if got is None:  # the usual step: the whole batch is in the arrays, nothing more
+            worker_timers.target.add_time(perf_counter() - t0)  # type: ignore[union-attr]
+            return self._reader.read_batch()  # type: ignore[union-attr]
+        return self._settle_step(got, ship, perf_counter() - t0)
 
     def step_async(self, actions: Any) -> None:
         """Check the actions, hand them to the groups and wake them, without waiting."""
@@ -404,7 +419,7 @@ class BatchedVectorEnv(CallsMixin, FirstReadyMixin, VectorEnv):  # type: ignore[
 
     def _post_batch_step(self, backend: Backend, actions: Any) -> tuple[int, bool]:
         """Check the actions, hand them to every group: the step's seq and whether timers ship."""
-        self._actions.check(actions, None)
+        self._actions.check_batch(actions)
         ship = self._worker_timers.want()
         self._seq = seq = self._seq + 1
         backend.post_step(self._groups, seq, ship, actions, None)
@@ -414,12 +429,19 @@ class BatchedVectorEnv(CallsMixin, FirstReadyMixin, VectorEnv):  # type: ignore[
     def _wait_batch_step(self, seq: int, ship: bool, timeout: float | None) -> _Batch:
         backend = self._backend
         assert backend is not None
-        with timers.hierarchical_timer("workers", self._worker_timers.stack):
-            got = backend.wait_step(seq, timeout)
-            if got is not None:
-                answers, replaced = self._settle(got, "step")
-        if got is None:  # the usual step: the whole batch is in the arrays, nothing more
+        t0 = perf_counter()
+        got = backend.wait_step(seq, timeout)
+        if got is None:
+            self._worker_timers.target.add_time(perf_counter() - t0)  # type: ignore[union-attr]
             return self._reader.read_batch()  # type: ignore[union-attr]
+        return self._settle_step(got, ship, perf_counter() - t0)
+
+    def _settle_step(self, got: Waited, ship: bool, waited: float) -> _Batch:
+        """A step whose groups said more than their rows, or were lost: under ``workers``,
+        which already holds the ``waited`` seconds (restarts nest there)."""
+        with timers.hierarchical_timer("workers", self._worker_timers.stack) as node:
+            node.total += waited
+            answers, replaced = self._settle(got, "step")
         return self._read(answers, replaced, ship, None)
 
     # ================================================================ timers

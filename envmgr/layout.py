@@ -70,6 +70,20 @@ class Layout:
         """The group owning each of ``env_ids``."""
         return np.searchsorted(np.asarray(self.starts), env_ids, side="right") - 1
 
+    @cached_property
+    def _group_by_ids(self) -> dict[bytes, int]:
+        return {
+            np.arange(start, start + size, dtype=np.int64).tobytes(): g
+            for g, (start, size) in enumerate(zip(self.starts, self.sizes, strict=True))
+        }
+
+    def group_with_ids(self, env_ids: Any) -> int | None:
+        """The group whose envs are exactly ``env_ids`` (an int64 array, as :meth:`recv`
+        returns them), else ``None``: the per-``send`` shortcut past :meth:`whole_groups`."""
+        if type(env_ids) is not np.ndarray or env_ids.dtype != np.int64 or env_ids.ndim != 1:
+            return None
+        return self._group_by_ids.get(env_ids.tobytes())
+
     def whole_groups(
         self, env_ids: Sequence[int] | np.ndarray | None, noun: str
     ) -> tuple[np.ndarray, list[int]]:

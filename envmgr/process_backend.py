@@ -153,7 +153,13 @@ class ProcessBackend:
             conn.send(Attach(-1, self.buffers.layout))
         self._handshake(range(n), "attach")
         self._bell = ParentDoorbell(self.buffers.control, self.conns, self._wake_r.fileno())
-        return self.buffers
+        buffers = self.buffers
+        # The usual action batch is one array: placed without walking a tree.
+        self._plain_actions = buffers.actions if type(buffers.actions) is np.ndarray else None
+        self._group_actions = [
+            buffers.slice(r.start, r.stop)["actions"] for r in map(self.layout.range, range(n))
+        ]
+        return buffers
 
     def _spawn(self, g: int, layout: Any) -> tuple[Any, Connection]:
         """Start worker ``g``'s process; with ``layout`` it attaches to shared memory at once."""
@@ -249,7 +255,14 @@ class ProcessBackend:
         assert buffers is not None and bell is not None
         if buffers.actions is not None:
             if ids is None:
-                copy_tree(buffers.actions, actions)
+                plain = self._plain_actions
+                if plain is not None:
+                    plain[...] = actions
+                else:
+                    copy_tree(buffers.actions, actions)
+            elif len(groups) == 1 and self.layout.group_with_ids(ids) == groups[0]:
+                # One whole group in order (the usual recv-then-send loop): one slice.
+                copy_tree(self._group_actions[groups[0]], actions)
             else:
                 scatter_tree(buffers.actions, ids, actions)
             bell.announce(groups, seq, KIND_STEP | (SHIP_TIMERS if ship else 0))
@@ -272,7 +285,8 @@ class ProcessBackend:
         batch = need is None and len(seqs) == self.n_workers and len(set(seqs.values())) == 1
         seq = next(iter(seqs.values())) if batch else None
         finished = seq is not None and (
-            bell.all_done(seq) or (timeout is None and self._sleep_batch(seq))
+            bell.all_done(seq)
+            or (timeout is None and bell.sleep_all(seq, self._poller, self.parent_spin_seconds))
         )
         if not finished:
             self._sleep(seqs, want, timeout, phase, seq, got)
@@ -292,41 +306,50 @@ class ProcessBackend:
         """:meth:`wait` for batch step ``seq`` of every worker; ``None`` if all is in the arrays."""
         bell = self._bell
         assert bell is not None
-        finished = bell.all_done(seq) or (timeout is None and self._sleep_batch(seq))
-        if finished and not bell.any_message():
+        # With a deadline, or when something else than the last worker's wake-up
+        # arrives (a dead worker's sentinel), the general loop takes over.
+        if (
+            timeout is None
+            and bell.sleep_all(seq, self._poller, self.parent_spin_seconds)
+            and not bell.any_message()
+        ):
             return None
-        # (With a deadline, the general loop keeps it.)
         return self.wait(dict.fromkeys(range(self.n_workers), seq), timeout, None, "step")
+
+    def ready(self, seqs: Mapping[int, int], need: int) -> list[int] | None:
+        """First-ready's usual case: sleep until ``need`` groups of ``seqs`` finished.
+
+        Returns those groups (earliest sent first when more are done) when their whole
+        answer is in the batch arrays, else ``None``: a message, a dead worker's
+        sentinel, anything else goes to :meth:`wait`, which sees it again.
+        """
+        bell = self._bell
+        assert bell is not None
+        need = min(need, len(seqs))
+        done = bell.first_done(seqs, need)
+        if len(done) < need:
+            if self.parent_spin_seconds > 0.0:
+                spin_end = perf_counter() + self.parent_spin_seconds
+                while len(done) < need and perf_counter() < spin_end:
+                    os.sched_yield()
+                    done = bell.first_done(seqs, need)
+            wait_ms = 5  # re-check every few ms even without a wake-up, as in _sleep
+            while len(done) < need:
+                if bell.wait(
+                    lambda: len(bell.first_done(seqs, need)) >= need,
+                    self._poller,
+                    wait_ms,
+                    WAIT_ANY,
+                ):
+                    return None
+                done = bell.first_done(seqs, need)
+                wait_ms = min(wait_ms * 2, 100)
+        return None if bell.said_more(done) else done
 
     def finished(self, seqs: Mapping[int, int], lost: Mapping[int, Lost]) -> list[int]:
         """The groups of ``seqs`` whose step is done, except those in ``lost``."""
         is_done = self._bell.is_done  # type: ignore[union-attr]
         return [g for g, s in seqs.items() if is_done(g, s) and g not in lost]
-
-    def _sleep_batch(self, seq: int) -> bool:
-        """The usual batch wait: sleep until the last worker rings. ``False``: use :meth:`_sleep`.
-
-        A lean copy of :meth:`_sleep`'s loop for the hot path (no deadline);
-        anything else (a dead worker's sentinel) goes to the general loop, which
-        sees the same events again.
-        """
-        bell = self._bell
-        assert bell is not None
-        if self.parent_spin_seconds > 0.0:
-            spin_end = perf_counter() + self.parent_spin_seconds
-            while not bell.all_done(seq):
-                if perf_counter() > spin_end:
-                    break
-                os.sched_yield()
-            else:
-                return True
-        wait_ms = 5  # as in _sleep: re-check every few ms even without a wake-up
-        while True:
-            if bell.wait_all(seq, self._poller, wait_ms):
-                return False
-            if bell.all_done(seq):
-                return True
-            wait_ms = min(wait_ms * 2, 100)
 
     def _sleep(
         self,

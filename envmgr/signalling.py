@@ -31,7 +31,7 @@ import os
 import select
 import struct
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from multiprocessing.connection import Connection
 from time import perf_counter
 
@@ -255,6 +255,21 @@ class ParentDoorbell:
                 except OSError:
                     pass  # a dead worker is reported by the wait, with its exit code
 
+    def first_done(self, seqs: Mapping[int, int], need: int) -> list[int]:
+        """Up to ``need`` workers of ``seqs`` (worker -> seq) that finished their step:
+        the earliest sent (lowest seq) first when more are done."""
+        words = self.words
+        done = [w for w, s in seqs.items() if words[w * _ROW + DONE] >> 1 == s]
+        if len(done) > need:
+            done.sort(key=lambda w: (seqs[w], w))
+            del done[need:]
+        return done
+
+    def said_more(self, workers: Sequence[int]) -> bool:
+        """Whether any of ``workers`` sent a message with its last step."""
+        words = self.words
+        return any(words[w * _ROW + DONE] & 1 for w in workers)
+
     def is_done(self, w: int, seq: int) -> bool:
         """Whether worker ``w`` finished step ``seq``."""
         return self.words[w * _ROW + DONE] >> 1 == seq  # type: ignore[no-any-return]
@@ -312,26 +327,58 @@ class ParentDoorbell:
             return []
         return self._poll(poller, timeout_ms)
 
-    def wait_all(self, seq: int, poller: select.poll, timeout_ms: int) -> list[tuple[int, int]]:
-        """:meth:`wait` for a batch step ``seq`` (``WAIT_ALL``), with the check inlined."""
-        parent = self.parent
-        parent[WAITING] = WAIT_ALL
-        _acquire()  # fence(), inlined: once per step
-        _release()
-        if min(self._done) >> 1 >= seq:
-            parent[WAITING] = NOT_WAITING
-            return []
-        return self._poll(poller, timeout_ms)
+    def sleep_all(self, seq: int, poller: select.poll, spin_seconds: float = 0.0) -> bool:
+        """The batch step's wait: until every worker finished ``seq`` (``True``), or a
+        poll event other than the wake-up pipe, such as a dead worker's sentinel
+        (``False``: the caller's general loop sees it again).
 
-    def _poll(self, poller: select.poll, timeout_ms: int) -> list[tuple[int, int]]:
-        """Sleep in ``poll``, stop waiting, drain the wake-up pipe; the other events."""
-        parent = self.parent
-        events = poller.poll(timeout_ms)
-        parent[WAITING] = NOT_WAITING
+        Spins (yielding the core) for ``spin_seconds`` first, then sleeps in ``poll``
+        until the last worker rings, re-checking every few ms even without a wake-up.
+        The hot path: one function, its names bound locally.
+        """
+        done = self._done
+        if min(done) >> 1 >= seq:
+            return True
+        if spin_seconds > 0.0:
+            spin_end = perf_counter() + spin_seconds
+            while perf_counter() < spin_end:
+                os.sched_yield()
+                if min(done) >> 1 >= seq:
+                    return True
+        parent, wake_fd, poll = self.parent, self.wake_fd, poller.poll
+        wait_ms = 5
+        while True:
+            parent[WAITING] = WAIT_ALL
+            _acquire()  # fence(), inlined
+            _release()
+            if min(done) >> 1 >= seq:
+                parent[WAITING] = NOT_WAITING
+                return True
+            events = poll(wait_ms)
+            parent[WAITING] = NOT_WAITING
+            other = False
+            for fd, _ in events:
+                if fd == wake_fd:
+                    self._drain()
+                else:
+                    other = True
+            if other:
+                return False
+            if min(done) >> 1 >= seq:
+                return True
+            wait_ms = min(wait_ms * 2, 100)
+
+    def _drain(self) -> None:
+        """Empty the wake-up pipe (usually one byte; a full read means more may be waiting)."""
         try:
-            # Usually one byte; a full read means more may be waiting.
             while len(os.read(self.wake_fd, 256)) == 256:
                 pass
         except (BlockingIOError, InterruptedError):
             pass
+
+    def _poll(self, poller: select.poll, timeout_ms: int) -> list[tuple[int, int]]:
+        """Sleep in ``poll``, stop waiting, drain the wake-up pipe; the other events."""
+        events = poller.poll(timeout_ms)
+        self.parent[WAITING] = NOT_WAITING
+        self._drain()
         return [e for e in events if e[0] != self.wake_fd]

@@ -244,6 +244,10 @@ class RayBackend:
         """:meth:`wait` for batch step ``seq`` of every actor (answers always carry the rows)."""
         return self.wait(dict.fromkeys(range(self.layout.n_groups), seq), timeout, None, "step")
 
+    def ready(self, seqs: Mapping[int, int], need: int) -> list[int] | None:
+        """Answers arrive as objects to fetch: always the general :meth:`wait`."""
+        return None
+
     def _fetch(self, g: int, ref: Any, seq: int, phase: str, got: Waited) -> None:
         exceptions = self.ray.exceptions
         try:
