@@ -311,7 +311,7 @@ class ProcessBackend:
         if (
             timeout is None
             and bell.sleep_all(seq, self._poller, self.parent_spin_seconds)
-            and not bell.any_message()
+            and not bell.batch_said_more(seq)
         ):
             return None
         return self.wait(dict.fromkeys(range(self.n_workers), seq), timeout, None, "step")

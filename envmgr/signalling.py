@@ -17,12 +17,20 @@ the per-step hand-off uses words in the shared-memory control block instead:
   its pipe when there are infos or timers). The parent sleeps on one shared
   wake-up pipe, polled together with the worker sentinels, and only the *last*
   worker to finish writes to it: one wake-up per batch, not one per worker.
+* The parent's per-step checks read one word each, whatever the number of
+  workers: the finisher that sees every ``DONE`` word at ``seq`` stores it in the
+  parent row's ``ALL_DONE``; a worker with a message stores its seq in
+  ``MESSAGE``; a worker going to sleep sets ``SLEEPERS``, so the parent scans
+  the ``SLEEPING`` words only when someone did. On 16-64 cores the parent's
+  per-worker work is what limits the batch rate; here it is one numpy store of
+  the command words.
 
-Both "mark, then re-check" pairs (worker ``SLEEPING`` vs parent ``CMD``; parent
-``WAITING`` vs worker ``DONE``) are the classic Dekker pattern and need a full
-memory fence between the store and the load; :func:`fence` provides one (a
-locked instruction). Every blocking wait also has a short timeout that
-re-checks the words, so even a lost wake-up costs milliseconds, never a hang.
+Both "mark, then re-check" pairs (worker ``SLEEPING``/``SLEEPERS`` vs parent
+``CMD``; parent ``WAITING`` vs worker ``ALL_DONE``/``DONE``) are the classic
+Dekker pattern and need a full memory fence between the store and the load;
+:func:`fence` provides one (a locked instruction). Every blocking wait also
+has a short timeout that re-checks the words, so even a lost wake-up costs
+milliseconds, never a hang.
 """
 
 from __future__ import annotations
@@ -42,6 +50,9 @@ __all__ = [
     "DONE",
     "SLEEPING",
     "WAITING",
+    "ALL_DONE",
+    "MESSAGE",
+    "SLEEPERS",
     "WAIT_ALL",
     "WAIT_ANY",
     "KIND_STEP",
@@ -54,10 +65,15 @@ __all__ = [
 
 # Columns of a worker's control row.
 CMD, DONE, SLEEPING = 0, 1, 2
-# Column of the parent's row (the last one), and what it may hold: the parent
-# is not waiting, waits for every worker (a batch step), or for any worker
-# (first-ready stepping).
-WAITING = 0
+# Columns of the parent's row (the last one). ``WAITING``: the parent is not
+# waiting, waits for every worker (a batch step), or for any worker (first-ready
+# stepping). The other three are summaries the workers keep, so that the parent's
+# per-step checks read one word whatever the number of workers: ``ALL_DONE``, the
+# last batch seq every worker finished (stored by a finisher that sees all DONE
+# words at that seq); ``MESSAGE``, the last seq a worker answered with a pipe
+# message too; ``SLEEPERS``, set by a worker going to sleep (cleared by the parent
+# when it looks for sleepers to wake).
+WAITING, ALL_DONE, MESSAGE, SLEEPERS = 0, 1, 2, 3
 NOT_WAITING, WAIT_ALL, WAIT_ANY = 0, 1, 2
 
 KIND_STEP, KIND_PIPE, SHIP_TIMERS = 1, 2, 4
@@ -117,6 +133,7 @@ class WorkerDoorbell:
         self.n_workers = control.shape[0] - 1
         self.parent = memoryview(control[-1])
         self._done = memoryview(control[: self.n_workers, DONE])  # type: ignore[arg-type]
+        self._done_column = control[: self.n_workers, DONE] if self.n_workers > 16 else None
         self.conn = conn
         self.wake_fd = wake_fd
         self.spin_seconds = spin_seconds
@@ -151,8 +168,10 @@ class WorkerDoorbell:
                 if perf_counter() > deadline:
                     break
         backoff = 0.001
+        parent = self.parent
         while True:
             row[SLEEPING] = 1
+            parent[SLEEPERS] = 1  # after SLEEPING: a parent that sees this sees that
             fence()
             word = int(row[CMD])
             if word >> 3 > self.last_seq:
@@ -193,15 +212,34 @@ class WorkerDoorbell:
             self.last_seq = seq
 
     def _all_done(self, seq: int) -> bool:
+        # min() over a memoryview is cheapest for a few workers; one numpy reduction
+        # beyond (the memoryview makes an int object per word).
+        if self._done_column is not None:
+            return int(self._done_column.min()) >> 1 >= seq
         return min(self._done) >> 1 >= seq  # type: ignore[no-any-return]
 
     def step_done(self, seq: int, has_message: bool) -> None:
-        """Publish that step ``seq`` finished; wake the parent if this worker is the last."""
-        self.row[DONE] = (seq << 1) | int(has_message)
+        """Publish that step ``seq`` finished; wake the parent if it waits for this.
+
+        A worker that finds every DONE word at ``seq`` stores ``ALL_DONE``, so the
+        parent's check for a whole batch reads one word. Two workers finishing at
+        once each fence before looking at the other's word, so at least one of them
+        sees both (and both may store it: the same value).
+        """
+        row, parent = self.row, self.parent
+        if has_message:
+            parent[MESSAGE] = seq  # stored before DONE: seen by whoever sees DONE
+        row[DONE] = (seq << 1) | int(has_message)
         _acquire()  # fence(), inlined: once per step
         _release()
-        waiting = self.parent[WAITING]
-        if waiting == WAIT_ANY or (waiting == WAIT_ALL and self._all_done(seq)):
+        if self._all_done(seq):
+            parent[ALL_DONE] = seq
+            _acquire()  # ALL_DONE stored before WAITING is read (the parent's Dekker pair)
+            _release()
+            wake = parent[WAITING] != NOT_WAITING
+        else:
+            wake = parent[WAITING] == WAIT_ANY
+        if wake:
             try:
                 os.write(self.wake_fd, b"!")
             except OSError:
@@ -236,15 +274,25 @@ class ParentDoorbell:
         """Store the command word for each worker and ring those that sleep."""
         words = self.words
         word = encode_command(seq, kind)
-        if len(workers) == self.n_workers:  # a batch: every worker, in one store
+        batch = len(workers) == self.n_workers
+        if batch:  # every worker, in one store
             self._cmd_column[:] = word
         else:
             for w in workers:
                 words[w * _ROW + CMD] = word
         _acquire()  # fence(), inlined: once per step
         _release()
-        if kind & KIND_PIPE or not any(self._sleeping):
-            return  # the pipe message itself wakes a sleeping worker; nobody sleeps
+        if kind & KIND_PIPE:
+            return  # the pipe message itself wakes a sleeping worker
+        if batch:
+            parent = self.parent
+            if not parent[SLEEPERS]:
+                return  # nobody went to sleep: one word read, whatever the worker count
+            # Cleared before looking: a worker that marks itself later sees the new
+            # command word itself (it fences before its last look), so none is missed.
+            parent[SLEEPERS] = 0
+            _acquire()
+            _release()
         for w in workers:
             if words[w * _ROW + SLEEPING]:
                 try:
@@ -332,41 +380,46 @@ class ParentDoorbell:
         poll event other than the wake-up pipe, such as a dead worker's sentinel
         (``False``: the caller's general loop sees it again).
 
+        Reads the workers' ``ALL_DONE`` summary: one word, whatever the worker count.
         Spins (yielding the core) for ``spin_seconds`` first, then sleeps in ``poll``
-        until the last worker rings, re-checking every few ms even without a wake-up.
+        until the finisher rings, re-checking every few ms even without a wake-up.
         The hot path: one function, its names bound locally.
         """
-        done = self._done
-        if min(done) >> 1 >= seq:
-            return True
-        if spin_seconds > 0.0:
-            spin_end = perf_counter() + spin_seconds
-            while perf_counter() < spin_end:
-                os.sched_yield()
-                if min(done) >> 1 >= seq:
-                    return True
-        parent, wake_fd, poll = self.parent, self.wake_fd, poller.poll
-        wait_ms = 5
-        while True:
-            parent[WAITING] = WAIT_ALL
-            _acquire()  # fence(), inlined
-            _release()
-            if min(done) >> 1 >= seq:
+        parent = self.parent
+        if parent[ALL_DONE] < seq:
+            if spin_seconds > 0.0:
+                spin_end = perf_counter() + spin_seconds
+                while parent[ALL_DONE] < seq and perf_counter() < spin_end:
+                    os.sched_yield()
+            wake_fd, poll = self.wake_fd, poller.poll
+            wait_ms = 5
+            while parent[ALL_DONE] < seq:
+                parent[WAITING] = WAIT_ALL
+                _acquire()  # fence(), inlined
+                _release()
+                if parent[ALL_DONE] >= seq:
+                    parent[WAITING] = NOT_WAITING
+                    break
+                events = poll(wait_ms)
                 parent[WAITING] = NOT_WAITING
-                return True
-            events = poll(wait_ms)
-            parent[WAITING] = NOT_WAITING
-            other = False
-            for fd, _ in events:
-                if fd == wake_fd:
-                    self._drain()
-                else:
-                    other = True
-            if other:
-                return False
-            if min(done) >> 1 >= seq:
-                return True
-            wait_ms = min(wait_ms * 2, 100)
+                other = False
+                for fd, _ in events:
+                    if fd == wake_fd:
+                        self._drain()
+                    else:
+                        other = True
+                if other:
+                    return False
+                wait_ms = min(wait_ms * 2, 100)
+        # Acquire side: the batch arrays are read after the word that says they are
+        # written (a no-op ordering on x86, needed on weaker memory models).
+        _acquire()
+        _release()
+        return True
+
+    def batch_said_more(self, seq: int) -> bool:
+        """After :meth:`sleep_all`: whether a worker also sent a pipe message for ``seq``."""
+        return self.parent[MESSAGE] == seq  # type: ignore[no-any-return]
 
     def _drain(self) -> None:
         """Empty the wake-up pipe (usually one byte; a full read means more may be waiting)."""
