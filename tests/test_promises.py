@@ -205,6 +205,31 @@ def test_first_ready_workers_ship_timers_once_per_interval_not_every_step() -> N
     )
 
 
+def test_a_sleeping_worker_is_rung_not_left_to_its_backoff() -> None:
+    """Workers that sleep (``spin_seconds=0``: at once after every step) mark themselves
+    in the parent's SLEEPERS word, so the parent writes each one a wake-up per batch
+    instead of leaving it to notice the command at the end of its sleep."""
+
+    def write_syscalls() -> int:
+        fields = dict(line.split(": ") for line in Path("/proc/self/io").read_text().splitlines())
+        return int(fields["syscw"])
+
+    with SubprocessEnvManager(
+        lambda: gym.make("CartPole-v1"), 2, 2, context="fork", spin_seconds=0.0
+    ) as envs:
+        envs.reset(seed=0)
+        actions = np.zeros(4, dtype=np.int64)
+        for _ in range(5):
+            envs.step(actions)
+        before = write_syscalls()
+        for _ in range(50):
+            envs.step(actions)
+        rung = write_syscalls() - before
+    # Two sleepers per batch; a worker still on its way to sleep when the command comes
+    # needs no ring, so allow some, but not none.
+    assert rung >= 50, f"the parent wrote {rung} wake-ups in 50 batches of 2 sleeping workers"
+
+
 def test_parent_spin_seconds_keeps_the_parent_awake() -> None:
     """``parent_spin_seconds``: step_wait busy-polls for the workers instead of sleeping,
     so no worker ever has to wake it (no wake-up byte is written); by default it
