@@ -52,8 +52,27 @@ def copy_tree(dst: Any, src: Any) -> None:
     elif isinstance(dst, tuple):
         for d, s in zip(dst, src, strict=True):
             copy_tree(d, s)
+    elif (
+        type(src) is np.ndarray
+        and src.ndim == 2
+        and src.shape[0] >= _MANY_ROWS
+        and src.shape[1] <= _FEW_COLUMNS
+        and src.flags.f_contiguous
+        and not src.flags.c_contiguous
+    ):
+        # A batch kept as columns (a vectorized env's ``state.T``, CartPole's): one copy
+        # per column runs along the rows; numpy's element-wise transposing loop over an
+        # (n, 4) array takes 1.3x as long at 1,024 rows, 3x at 8,192 (fewer rows: the
+        # per-column calls cost more than they save).
+        for j in range(src.shape[1]):
+            dst[:, j] = src[:, j]
     else:
         dst[...] = src
+
+
+#: Column-major batches of at least this many rows and at most this many columns are
+#: copied a column at a time.
+_MANY_ROWS, _FEW_COLUMNS = 1024, 8
 
 
 def scatter_tree(dst: Any, rows: np.ndarray | slice, src: Any) -> None:

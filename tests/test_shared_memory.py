@@ -234,3 +234,20 @@ def test_tree_map_keeps_the_structure() -> None:
 def test_space_helper_sanity() -> None:
     # The gymnasium spaces used above behave as expected in this gymnasium version.
     assert isinstance(gym.vector.utils.batch_space(spaces.Text(3), 2), spaces.Tuple)
+
+
+@pytest.mark.parametrize("rows", [3, 1024, 5000])
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_copy_tree_copies_row_and_column_major_batches_exactly(rows: int, order: str) -> None:
+    """A vectorized env's batch may be column-major (CartPole's ``state.T``); from 1,024
+    rows it is copied a column at a time: the values, dtype cast included, are the same."""
+    from envmgr.batching import copy_tree
+
+    src = np.asarray(np.random.default_rng(0).random((rows, 4)), order=order)  # type: ignore[call-overload]
+    dst = np.zeros((rows, 4), dtype=np.float32)
+    copy_tree(dst, src)
+    np.testing.assert_array_equal(dst, src.astype(np.float32))
+    nested = {"a": np.zeros((rows, 4)), "b": (np.zeros(rows, dtype=np.int64),)}
+    copy_tree(nested, {"a": src, "b": (np.arange(rows),)})
+    np.testing.assert_array_equal(nested["a"], src)
+    np.testing.assert_array_equal(nested["b"][0], np.arange(rows))
