@@ -168,6 +168,11 @@ class BatchReader:
         self.buffers = buffers
         self.layout = layout
         self.starts = layout.starts
+        # Each group's rows, as a slice and as env ids: recv's usual answer is one group.
+        self._rows = [
+            (slice(r.start, r.stop), np.arange(r.start, r.stop))
+            for r in map(layout.range, range(layout.n_groups))
+        ]
         self.space = space
         self.copy = copy
         self.add_info = add_info
@@ -204,16 +209,18 @@ class BatchReader:
         infos; fresh arrays. Only with observations in the arrays (see :meth:`read_batch`)."""
         b = self.buffers
         if len(groups) == 1:
-            r = self.layout.range(groups[0])
-            rows = slice(r.start, r.stop)
-            ids = np.arange(r.start, r.stop)
-            obs = tree_map(lambda a: a[rows].copy(), self.views)
+            rows, ids = self._rows[groups[0]]
+            ids = ids.copy()
+            views = self.views
+            obs = (
+                views[rows].copy()
+                if type(views) is np.ndarray
+                else tree_map(lambda a: a[rows].copy(), views)
+            )
             rewards, terms = b.rewards[rows].copy(), b.terminations[rows].copy()
             truncs = b.truncations[rows].copy()
         else:
-            ids = np.concatenate(
-                [np.arange(r.start, r.stop) for r in map(self.layout.range, sorted(groups))]
-            )
+            ids = np.concatenate([self._rows[g][1] for g in sorted(groups)])
             obs = tree_map(lambda a: a[ids], self.views)  # fancy indexing copies
             rewards, terms, truncs = b.rewards[ids], b.terminations[ids], b.truncations[ids]
         return obs, rewards, terms, truncs, {}, ids

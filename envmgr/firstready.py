@@ -15,7 +15,8 @@ the rest (call order, restarts, infos, timers) is :class:`~envmgr.frontend.Batch
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol, cast
+from time import perf_counter
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -43,6 +44,8 @@ class _FrontEnd(Protocol):
     _worker_timers: WorkerTimers
 
     _reader: Any
+    _seq: int
+    step_timeout: float | None
 
     def _check_usable(self, name: str) -> Backend: ...
     def _check_idle(self, name: str) -> Backend: ...
@@ -91,8 +94,9 @@ class FirstReadyMixin:
             kind = self._pending.kind.value
             raise AlreadyPendingCallError(f"cannot send while a {kind} call is pending", kind)
         g = self._layout.group_with_ids(env_ids)  # recv's ids sent straight back
+        ids: np.ndarray
         if g is not None:
-            ids, groups = cast(np.ndarray, env_ids), [g]
+            ids, groups = env_ids, [g]  # type: ignore[assignment]  # an int64 array, checked
         else:
             ids, groups = self._layout.whole_groups(env_ids, self.group_noun)
         busy = [g for g in groups if g in self._inflight]
@@ -102,7 +106,7 @@ class FirstReadyMixin:
             )
         self._actions.check(actions, ids)
         ship = self._worker_timers.want(groups)
-        seq = self._next_seq()
+        self._seq = seq = self._seq + 1
         backend.post_step(groups, seq, ship, actions, ids)
         for g in groups:
             self._inflight[g] = seq
@@ -142,19 +146,25 @@ class FirstReadyMixin:
         inflight = self._inflight
         if not inflight:
             raise NoAsyncCallError("recv() called with no step in flight: send() first", "recv")
-        size = max(self._layout.sizes)
+        size = self._layout.largest
         need = min(len(inflight), max(1, -(-(batch_size or size) // size)))
-        timeout = self._timeout(timeout)
-        with timers.hierarchical_timer("workers", self._worker_timers.stack):
-            # The usual case (no deadline; answers all in the batch arrays) needs no
-            # answer objects; anything else takes the general wait below.
-            ready = None if timeout is not None else backend.ready(inflight, need)
-            if ready is None:
-                answers, replaced = self._await(dict(inflight), timeout, "step", need)
-        if ready is not None:
-            for g in ready:
-                del inflight[g]
-            return self._reader.read_groups(ready)  # type: ignore[union-attr]
+        if timeout is None:
+            timeout = self.step_timeout
+        waited = 0.0
+        if timeout is None:
+            # The usual case (no deadline; answers all in the batch arrays): no answer
+            # objects, the wait timed straight into the "workers" node.
+            t0 = perf_counter()
+            ready = backend.ready(inflight, need)
+            waited = perf_counter() - t0
+            if ready is not None:
+                self._worker_timers.wait_node().add_time(waited)
+                for g in ready:
+                    del inflight[g]
+                return self._reader.read_groups(ready)  # type: ignore[no-any-return]
+        with timers.hierarchical_timer("workers", self._worker_timers.stack) as node:
+            node.total += waited
+            answers, replaced = self._await(dict(inflight), timeout, "step", need)
         chosen = sorted(answers)
         for g in chosen:
             del self._inflight[g]

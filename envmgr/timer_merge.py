@@ -88,6 +88,14 @@ class WorkerTimers:
         self._next_due = min(due)
         return True
 
+    def wait_node(self) -> TimerNode:
+        """The ``workers`` node under the caller's current timer (where a wait is timed)."""
+        stack = timers.get_default_stack()
+        current = stack.current()
+        if current is self._under and self.target is not None:
+            return self.target
+        return current.get_child("workers")
+
     def merge(self, trees: Iterable[_Shipment], target: TimerNode | None = None) -> None:
         """Merge ``(subtree name, root, gauges)`` per worker as parallel nodes.
 
