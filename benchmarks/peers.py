@@ -29,6 +29,7 @@ ALL_IMPLS = [
     "envmgr",
     "envmgr-nocopy",
     "envmgr-firstready",
+    "envmgr-caller",
     "envmgr-hosted",
     "envmgr-hosted-caller",
     "vector",
@@ -36,12 +37,29 @@ ALL_IMPLS = [
 ]
 #: What runs when ``--impls`` is not given (the vector case adds its own two). First-ready
 #: is in: issue 13 compares both of envmgr's modes with the ceiling.
-DEFAULT_IMPLS = ["serial", "ceiling", "sync", "async", "envmgr", "envmgr-firstready", "envpool"]
+DEFAULT_IMPLS = [
+    "serial",
+    "ceiling",
+    "lockstep",
+    "sync",
+    "async",
+    "envmgr",
+    "envmgr-firstready",
+    "envmgr-caller",
+    "envpool",
+]
 #: The envmgr variants whose ratios to the peers are reported, and the peers.
-MINE = ["envmgr", "envmgr-nocopy", "envmgr-firstready", "envmgr-hosted", "envmgr-hosted-caller"]
+MINE = [
+    "envmgr",
+    "envmgr-nocopy",
+    "envmgr-firstready",
+    "envmgr-caller",
+    "envmgr-hosted",
+    "envmgr-hosted-caller",
+]
 PEERS = ["serial", "ceiling", "lockstep", "sync", "async", "envpool", "vector"]
 #: Implementations that exist only in the vector case.
-VECTOR_ONLY = ["vector", "lockstep", "envmgr-hosted", "envmgr-hosted-caller"]
+VECTOR_ONLY = ["vector", "envmgr-hosted", "envmgr-hosted-caller"]
 ENVPOOL_ENVS = {"cartpole": "CartPole-v1", "cartpole-vector": "CartPole-v1"}
 
 
@@ -123,7 +141,9 @@ def build(impl: str, env: str, n: int, workers: int, actions: np.ndarray) -> Any
             return Ceiling("vector", vector_case.VECTOR_ENVS[env][0], actions, workers)
         return Ceiling("serial", env, actions, workers)
     if impl == "lockstep":
-        return LockStep("vector", vector_case.VECTOR_ENVS[env][0], actions, workers)
+        if env in vector_case.VECTOR_ENVS:
+            return LockStep("vector", vector_case.VECTOR_ENVS[env][0], actions, workers)
+        return LockStep("serial", env, actions, workers)
     if impl == "vector":
         return vector_case.build_vector(vector_case.VECTOR_ENVS[env][0], n)
     if impl == "envmgr-hosted":
@@ -142,6 +162,13 @@ def build(impl: str, env: str, n: int, workers: int, actions: np.ndarray) -> Any
         )
     if impl == "envmgr-firstready":
         return FirstReady(factory, n, workers)
+    if impl == "envmgr-caller":
+        # Two cores, two processes: the caller steps one block itself (caller_envs), as
+        # in the ceiling; workers - 1 worker processes step the others.
+        share = n // workers
+        return SubprocessEnvManager(
+            factory, n_workers=workers - 1, envs_per_worker=share, caller_envs=share
+        )
     if impl == "envpool":
         return EnvpoolCartPole(n, threads=workers)
     raise ValueError(f"unknown implementation {impl!r}")
@@ -150,7 +177,8 @@ def build(impl: str, env: str, n: int, workers: int, actions: np.ndarray) -> Any
 def wanted(env: str, impls: list[str], nocopy_envs: list[str]) -> list[str]:
     """The implementations asked for on ``env``, in table order."""
     if env in vector_case.VECTOR_ENVS:
-        return [i for i in vector_case.VECTOR_IMPLS if i in impls or i in VECTOR_ONLY]
+        always = [*VECTOR_ONLY, "lockstep"]
+        return [i for i in vector_case.VECTOR_IMPLS if i in impls or i in always]
     return [
         i
         for i in ALL_IMPLS
@@ -162,6 +190,8 @@ def skip_reason(impl: str, env: str, n: int, workers: int, envpool_ok: bool) -> 
     """``None`` if ``impl`` runs on (env, n); else the reason it is skipped."""
     if impl in MINE and n % workers:
         return f"n_envs={n} is not a multiple of --workers={workers}"
+    if impl == "envmgr-caller" and workers < 2:
+        return "needs --workers >= 2 (one block is the caller's)"
     if impl in ("ceiling", "lockstep") and n < workers:
         return f"n_envs={n} is below --workers={workers}"
     if env in vector_case.VECTOR_ENVS:

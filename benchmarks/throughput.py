@@ -430,7 +430,12 @@ def tables(report: dict[str, Any], args: argparse.Namespace) -> str:
     if flat:
         pairs = [("envmgr", p) for p in peers.PEERS if p != "vector"]
         impls = [i for i in peers.ALL_IMPLS if i not in peers.VECTOR_ONLY]
-        pairs += [("envmgr-nocopy", "ceiling"), ("envmgr-firstready", "ceiling")]
+        pairs += [
+            ("envmgr-nocopy", "ceiling"),
+            ("envmgr-firstready", "ceiling"),
+            ("envmgr-caller", "ceiling"),
+            ("lockstep", "ceiling"),
+        ]
         pairs.append(("ceiling", "serial"))
         out.append(bench_report.markdown_table(flat, impls, pairs))
     if vector:
