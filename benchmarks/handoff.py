@@ -153,16 +153,11 @@ class FloorPingPong:
         bell, seq = self.bell, self.seq + 1
         self.seq = seq
         bell.announce(self.workers, seq, self.kind)
-        if self.parent_spin > 0.0:
-            from time import perf_counter
-
-            end = perf_counter() + self.parent_spin
-            while not bell.all_done(seq) and perf_counter() < end:
-                os.sched_yield()
-        while not bell.all_done(seq):
-            for _fd, _ in bell.wait(lambda: bell.all_done(seq), self.poller, 5):
-                if not all(p.is_alive() for p in self.procs):
-                    raise RuntimeError("a floor worker died")
+        # The manager's own batch wait (spin for parent_spin_seconds, then sleep until the
+        # finisher rings); False means a poll event other than the wake-up: a sentinel.
+        while not bell.sleep_all(seq, self.poller, self.parent_spin):
+            if not all(p.is_alive() for p in self.procs):
+                raise RuntimeError("a floor worker died")
 
     def close(self) -> None:
         for conn in self.conns:

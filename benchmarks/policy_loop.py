@@ -15,9 +15,9 @@ while it runs the workers wait (sync) or step (pool mode). Each loop here is
 * ``sync``: ``SubprocessEnvManager`` 2 workers x 32, ``step`` on the whole batch;
 * ``pool``: the same layout in first-ready mode: ``recv`` one worker's 32 envs, run the
   policy on them, ``send`` their actions back, so one worker steps while the policy runs;
-* ``caller``: a manager whose parent steps ``--caller-envs`` envs itself between handing
-  off and collecting (the ``caller_envs=`` option of issue 13), where envmgr has it; the
-  run prints why it is skipped where it does not.
+* ``caller``: ``workers - 1`` worker processes and the parent stepping ``--caller-envs``
+  envs itself (default ``n_envs // workers``) between handing off and collecting
+  (``caller_envs=``): two processes on two cores, as in the ceiling.
 
 Two policies: ``mlp`` (4-64-64-2, tanh, argmax: a few tens of µs) and ``mlp-heavy``
 (4-320-320-2: about 200 µs per 64-row batch on the 2-core reference machine; the run prints what
@@ -36,7 +36,6 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 import argparse  # noqa: E402
-import inspect  # noqa: E402
 import json  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -126,20 +125,15 @@ class PoolLoop:
         self.vec.send(self.policy(obs), ids)
 
 
-def caller_status() -> tuple[bool, str]:
-    """Whether this envmgr has ``caller_envs=``, and why the column is skipped if not."""
-    if "caller_envs" in inspect.signature(SubprocessEnvManager).parameters:
-        return True, "available"
-    return False, "SubprocessEnvManager has no caller_envs= option yet (issue 13 item 2)"
-
-
 def build_caller(n: int, workers: int, k: int) -> SubprocessEnvManager:
-    """A manager whose parent steps ``k`` of the ``n`` envs itself (``num_envs`` counts them)."""
-    ctor: Any = SubprocessEnvManager  # the keyword arrives with issue 13; see caller_status()
-    return ctor(bench_envs.make_cartpole, num_envs=n, n_workers=workers, caller_envs=k)  # type: ignore[no-any-return]
+    """The caller steps ``k`` of the ``n`` envs itself, ``workers - 1`` processes the rest:
+    as many processes as the ceiling, the policy on the caller's core between steps."""
+    return SubprocessEnvManager(
+        bench_envs.make_cartpole, num_envs=n, n_workers=max(1, workers - 1), caller_envs=k
+    )
 
 
-def build_loops(args: argparse.Namespace, caller: tuple[bool, str]) -> tuple[list[Runner], dict]:
+def build_loops(args: argparse.Namespace) -> tuple[list[Runner], dict]:
     """Every (mode, policy) loop; the managers are shared by the policies of one mode."""
     n, w = args.n_envs, args.workers
     policies = {name: MLPPolicy(4, hidden, 2, seed=0) for name, hidden in POLICIES.items()}
@@ -147,9 +141,6 @@ def build_loops(args: argparse.Namespace, caller: tuple[bool, str]) -> tuple[lis
     skipped: dict[str, str] = {}
     dummy = np.zeros((1, 1), dtype=np.int64)  # the loops choose their own actions
     for mode in MODES:
-        if mode == "caller" and not caller[0]:
-            skipped[mode] = caller[1]
-            continue
         for pname, policy in policies.items():
             try:
                 if mode == "serial":
@@ -163,7 +154,7 @@ def build_loops(args: argparse.Namespace, caller: tuple[bool, str]) -> tuple[lis
                         SubprocessEnvManager(bench_envs.make_cartpole, w, n // w), policy
                     )
                 else:
-                    k = args.caller_envs if args.caller_envs is not None else n // (w + 1)
+                    k = args.caller_envs if args.caller_envs is not None else n // w
                     loop = BatchLoop(build_caller(n, w, k), policy)
             except Exception as exc:
                 skipped[f"{mode}/{pname}"] = f"{type(exc).__name__}: {exc}"
@@ -182,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         "--caller-envs",
         type=int,
         default=None,
-        help="caller mode's K (default: a worker's share, n_envs // (workers + 1))",
+        help="caller mode's K (default: one block of the ceiling's, n_envs // workers)",
     )
     p.add_argument("--seconds", type=float, default=2.0, help="per sample (default: 2)")
     p.add_argument("--repeats", type=int, default=5, help="interleaved rounds (default: 5)")
@@ -195,8 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--n-envs {args.n_envs} must be a positive multiple of --workers {args.workers}")
     if args.quick:
         args.seconds, args.repeats, args.warmup = 0.3, 2, 0.1
-    caller = caller_status()
-    runners, skipped = build_loops(args, caller)
+    runners, skipped = build_loops(args)
     policies = {name: MLPPolicy(4, hidden, 2, seed=0) for name, hidden in POLICIES.items()}
     cost = {
         name: {rows: pol.cost_us(rows) for rows in (args.n_envs, args.n_envs // args.workers)}
