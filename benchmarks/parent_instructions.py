@@ -5,6 +5,7 @@ Usage (from the repository root; needs valgrind, e.g. ``apt-get install valgrind
 
     python benchmarks/parent_instructions.py                      # 1 x 4 and 2 x 64, no-op env
     python benchmarks/parent_instructions.py --layouts 2x64 --compare ../old-checkout
+    python benchmarks/parent_instructions.py --layouts 1x4,2x4,4x4,8x4,16x4  # per added worker
 
 On a shared 2-vCPU VM, µs of parent CPU per batch step drift by 2x within an hour as the
 host's load changes, which hides a 30% change of envmgr's own cost. Instructions do not
@@ -93,12 +94,28 @@ def main(argv: list[str] | None = None) -> int:
         checkouts.insert(0, (str(args.compare), args.compare.resolve()))
     print("| envmgr | layout | parent instructions per batch step |")
     print("|---|---|---:|")
+    found: dict[str, dict[tuple[int, int], float]] = {name: {} for name, _ in checkouts}
     for layout in args.layouts.split(","):
         workers, envs = (int(x) for x in layout.split("x"))
         for name, checkout in checkouts:
             a, b = (count(workers, envs, s, checkout) for s in STEPS)
             per_step = (b - a) / (STEPS[1] - STEPS[0])
+            found[name][(workers, envs)] = per_step
             print(f"| {name} | {workers} x {envs} | {per_step:,.0f} |", flush=True)
+    # The parent's own work per added worker (same envs per worker, least squares): the
+    # part that decides the batch rate on many cores, free of the scheduling noise that
+    # 16 processes on 2 cores add to CPU seconds.
+    for name, counts in found.items():
+        for per in sorted({e for _, e in counts}):
+            xs = sorted(w for w, e in counts if e == per)
+            if len(xs) < 2:
+                continue
+            ys = [counts[(w, per)] for w in xs]
+            mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+            slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum(
+                (x - mx) ** 2 for x in xs
+            )
+            print(f"\n{name}, {per} envs per worker: {slope:,.0f} instructions per added worker")
     return 0
 
 
