@@ -14,6 +14,14 @@ stepping can reach 2x there.
 ``spin`` and ``layout``: envmgr against the serial loop over the same envs, in
 interleaved rounds (median of per-round ratios), for several worker spin budgets
 or several worker counts.
+
+``ray-graph`` (needs ``envmgr[ray]``): what a Ray batch step of two actors, each hosting a
+``CartPoleVectorEnv`` of ``--n`` envs, costs on a local one-node Ray, as plain actor calls
+and as a Ray compiled graph (``ray.dag``, shared-memory channels between the driver and
+same-node actors), next to one in-process step of the same block. It says whether a
+backend built on compiled graphs could bring RayEnvManager near the local manager here.
+
+    python benchmarks/probe.py ray-graph --n 2048
 """
 
 from __future__ import annotations
@@ -119,6 +127,63 @@ def layout(args: argparse.Namespace) -> None:
     _compare(args.env, args.n, configs, args.steps, args.rounds)
 
 
+def ray_graph(args: argparse.Namespace) -> None:
+    import gymnasium as gym
+    import ray
+    from ray.dag import InputNode, MultiOutputNode
+
+    def block() -> Any:
+        return gym.make_vec("CartPole-v1", num_envs=args.n, vectorization_mode="vector_entry_point")
+
+    class Host:
+        def __init__(self) -> None:
+            self.env = block()
+            self.env.reset(seed=0)
+
+        def step(self, actions: np.ndarray) -> tuple[Any, ...]:
+            return tuple(self.env.step(actions)[:4])
+
+    actions = np.random.default_rng(0).integers(0, 2, (64, args.n))
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        actor = ray.remote(num_cpus=0)(Host)
+        hosts = [actor.remote() for _ in range(2)]  # type: ignore[attr-defined]
+
+        def plain(k: int) -> None:
+            ray.get([h.step.remote(actions[k % 64]) for h in hosts])
+
+        with InputNode() as inp:
+            graph = MultiOutputNode([h.step.bind(inp) for h in hosts]).experimental_compile()
+
+        def compiled(k: int) -> None:
+            ray.get(graph.execute(actions[k % 64]))
+
+        local = block()
+        local.reset(seed=0)
+
+        def in_process(k: int) -> None:
+            local.step(actions[k % 64])
+
+        timings: dict[str, list[float]] = {"plain actor calls": [], "compiled graph": []}
+        timings["in-process step of one block"] = []
+        runs = dict(zip(timings, (plain, compiled, in_process), strict=True))
+        for fn in runs.values():  # warm up
+            for k in range(20):
+                fn(k)
+        for _ in range(args.rounds):
+            for name, fn in runs.items():
+                t0 = time.perf_counter()
+                for k in range(args.steps):
+                    fn(k)
+                timings[name].append((time.perf_counter() - t0) / args.steps * 1e6)
+        graph.teardown()
+    finally:
+        ray.shutdown()
+    print(f"2 actors x {args.n} envs (CartPoleVectorEnv), median of {args.rounds} rounds:")
+    for name, us in timings.items():
+        print(f"  {name}: {statistics.median(us):,.0f} µs per batch step")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     sub = p.add_subparsers(dest="probe", required=True)
@@ -135,6 +200,11 @@ def main() -> None:
         s.set_defaults(func=func)
     sub.choices["spin"].add_argument("--budgets", default="0,0.0002,0.0005,0.001,0.002")
     sub.choices["layout"].add_argument("--workers", default="2,4,8")
+    r = sub.add_parser("ray-graph")
+    r.add_argument("--n", type=int, default=2048)
+    r.add_argument("--steps", type=int, default=200)
+    r.add_argument("--rounds", type=int, default=5)
+    r.set_defaults(func=ray_graph)
     args = p.parse_args()
     args.func(args)
 
