@@ -40,9 +40,12 @@ MARKERS = {
 
 
 def _colour(impl: str) -> str:
-    """One colour per implementation (matplotlib's ten, then two more)."""
+    """One colour per implementation (matplotlib's ten, then as many more as LABELS needs)."""
     i = list(LABELS).index(impl)
-    return f"C{i}" if i < 10 else ("black", "saddlebrown")[i - 10]
+    return f"C{i}" if i < 10 else _MORE_COLOURS[i - 10]
+
+
+_MORE_COLOURS = ("black", "saddlebrown", "darkkhaki", "teal")
 
 
 def fmt_rate(x: float | None) -> str:
