@@ -388,24 +388,12 @@ class BatchedVectorEnv(CallsMixin, FirstReadyMixin, VectorEnv):  # type: ignore[
 
     def step(self, actions: Any) -> _Batch:
         """Step every env with its action; see ``gymnasium.vector.VectorEnv.step``."""
-        # step_async + step_wait, inlined: this is the hot path, and nothing can run
-        # between the two halves here. Every call it saves is saved on every step, and
-        # on two cores the parent's time is taken from a worker's core.
+        # step_async + step_wait without the pending-call record in between: this is
+        # the hot path, and nothing can run between the two halves here.
         if self.closed or self._pending is not None or self._inflight:
             self._check_idle("step")  # raises
-        self._actions.check_batch(actions)
-        worker_timers = self._worker_timers
-        ship = worker_timers.want()
-        self._seq = seq = self._seq + 1
-        backend = self._backend
-        backend.post_step(self._groups, seq, ship, actions, None)  # type: ignore[union-attr]
-        worker_timers.unshipped = True
-        t0 = perf_counter()
-        got = backend.wait_step(seq, self.step_timeout)  # type: ignore[union-attr]
-        if got is None:  # the usual step: the whole batch is in the arrays, nothing more
-            worker_timers.target.add_time(perf_counter() - t0)  # type: ignore[union-attr]
-            return self._reader.read_batch()  # type: ignore[union-attr]
-        return self._settle_step(got, ship, perf_counter() - t0)
+        seq, ship = self._post_batch_step(self._backend, actions)  # type: ignore[arg-type]
+        return self._wait_batch_step(seq, ship, self.step_timeout)
 
     def step_async(self, actions: Any) -> None:
         """Check the actions, hand them to the groups and wake them, without waiting."""
