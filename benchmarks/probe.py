@@ -22,6 +22,12 @@ same-node actors), next to one in-process step of the same block. It says whethe
 backend built on compiled graphs could bring RayEnvManager near the local manager here.
 
     python benchmarks/probe.py ray-graph --n 2048
+
+``column-copy``: writing a column-major (n, 4) float32 batch (a vectorized env's
+``state.T``, as CartPole returns it) into a row-major array, numpy's one assignment
+against ``envmgr.batching.copy_tree`` (a column at a time from 1,024 rows).
+
+    python benchmarks/probe.py column-copy
 """
 
 from __future__ import annotations
@@ -184,6 +190,29 @@ def ray_graph(args: argparse.Namespace) -> None:
         print(f"  {name}: {statistics.median(us):,.0f} µs per batch step")
 
 
+def column_copy(args: argparse.Namespace) -> None:
+    import timeit
+
+    from envmgr.batching import copy_tree
+
+    print("(n, 4) column-major float32 into row-major, µs per copy (best of 5 x 2,000):")
+    for n in (16, 256, 1024, 8192):
+        src = np.random.default_rng(0).random((4, n)).T.astype(np.float32)
+        dst = np.zeros((n, 4), dtype=np.float32)
+
+        def numpy_copy(src: np.ndarray = src, dst: np.ndarray = dst) -> None:
+            dst[...] = src
+
+        def envmgr_copy(src: np.ndarray = src, dst: np.ndarray = dst) -> None:
+            copy_tree(dst, src)
+
+        a, b = (
+            min(timeit.repeat(f, number=2000, repeat=5)) / 2000 * 1e6
+            for f in (numpy_copy, envmgr_copy)
+        )
+        print(f"  n={n:5d}: numpy {a:6.2f}  copy_tree {b:6.2f}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     sub = p.add_subparsers(dest="probe", required=True)
@@ -205,6 +234,7 @@ def main() -> None:
     r.add_argument("--steps", type=int, default=200)
     r.add_argument("--rounds", type=int, default=5)
     r.set_defaults(func=ray_graph)
+    sub.add_parser("column-copy").set_defaults(func=column_copy)
     args = p.parse_args()
     args.func(args)
 
