@@ -83,15 +83,30 @@ _ROW = 8  # int64 words per control row (one cache line)
 #: ``Connection.send_bytes(b"")`` on the wire: a zero length, 4 bytes big-endian.
 _EMPTY_MESSAGE = struct.pack("!i", 0)
 
+#: The fence: ``with _fence_lock: pass``, inlined by the per-step callers. Always a
+#: ``with``, never ``acquire()`` then ``release()``: an exception raised by a signal
+#: handler between those two calls (Ctrl-C's KeyboardInterrupt) would leave the lock
+#: held, and the next fence (``close()`` runs one) would block for ever. ``with``
+#: releases it on the way out, and no signal is handled between taking the lock and
+#: entering the block (tests/test_interrupts.py).
 _fence_lock = threading.Lock()
-# The fence's two halves, bound once: the per-step callers inline them.
-_acquire, _release = _fence_lock.acquire, _fence_lock.release
+
+
+def _fresh_fence_in_child() -> None:
+    # Another thread of the parent (a second manager stepping) may hold the lock at the
+    # moment of fork; the child would inherit it held, with nobody to release it.
+    global _fence_lock
+    _fence_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_fresh_fence_in_child)
 
 
 def fence() -> None:
     """A full memory barrier: a locked read-modify-write orders stores before later loads."""
-    _acquire()
-    _release()
+    with _fence_lock:
+        pass
 
 
 def encode_command(seq: int, kind: int) -> int:
@@ -230,12 +245,12 @@ class WorkerDoorbell:
         if has_message:
             parent[MESSAGE] = seq  # stored before DONE: seen by whoever sees DONE
         row[DONE] = (seq << 1) | int(has_message)
-        _acquire()  # fence(), inlined: once per step
-        _release()
+        with _fence_lock:  # fence(), inlined: once per step
+            pass
         if self._all_done(seq):
             parent[ALL_DONE] = seq
-            _acquire()  # ALL_DONE stored before WAITING is read (the parent's Dekker pair)
-            _release()
+            with _fence_lock:  # ALL_DONE stored before WAITING is read (the parent's Dekker pair)
+                pass
             wake = parent[WAITING] != NOT_WAITING
         else:
             wake = parent[WAITING] == WAIT_ANY
@@ -280,8 +295,8 @@ class ParentDoorbell:
         else:
             for w in workers:
                 words[w * _ROW + CMD] = word
-        _acquire()  # fence(), inlined: once per step
-        _release()
+        with _fence_lock:  # fence(), inlined: once per step
+            pass
         if kind & KIND_PIPE:
             return  # the pipe message itself wakes a sleeping worker
         if batch:
@@ -291,8 +306,8 @@ class ParentDoorbell:
             # Cleared before looking: a worker that marks itself later sees the new
             # command word itself (it fences before its last look), so none is missed.
             parent[SLEEPERS] = 0
-            _acquire()
-            _release()
+            with _fence_lock:
+                pass
         for w in workers:
             if words[w * _ROW + SLEEPING]:
                 try:
@@ -395,8 +410,8 @@ class ParentDoorbell:
             wait_ms = 5
             while parent[ALL_DONE] < seq:
                 parent[WAITING] = WAIT_ALL
-                _acquire()  # fence(), inlined
-                _release()
+                with _fence_lock:  # fence(), inlined
+                    pass
                 if parent[ALL_DONE] >= seq:
                     parent[WAITING] = NOT_WAITING
                     break
@@ -413,8 +428,8 @@ class ParentDoorbell:
                 wait_ms = min(wait_ms * 2, 100)
         # Acquire side: the batch arrays are read after the word that says they are
         # written (a no-op ordering on x86, needed on weaker memory models).
-        _acquire()
-        _release()
+        with _fence_lock:
+            pass
         return True
 
     def batch_said_more(self, seq: int) -> bool:

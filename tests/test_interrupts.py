@@ -1,0 +1,178 @@
+"""The fence's lock is never left held where a later fence would wait for it for ever.
+
+An exception raised by a signal handler (Ctrl-C's KeyboardInterrupt) can land between
+any two bytecodes of the step path. Nothing it cuts off may leave state that makes a
+later call block: above all the memory fence, a lock taken and released at once, which
+``close()`` runs too (before this was pinned, about 1 Ctrl-C in 50 in a step loop left
+the lock held and the ``with`` block's close hung for ever). And a fork while another
+thread is inside a fence must not hand the child a held lock.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import pytest
+
+from envmgr import signalling
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class _Interrupt(Exception):
+    """What the test's signal handler raises, as Ctrl-C's handler raises KeyboardInterrupt."""
+
+
+class InterruptStorm:
+    """Raise :class:`_Interrupt` from a signal handler every ``every_s`` of CPU time,
+    but only inside :meth:`run`'s call (the test's own loop must not be cut off).
+
+    SIGPROF (CPU time), not SIGALRM: pytest-timeout's signal method owns SIGALRM.
+    """
+
+    def __init__(self, every_s: float = 1e-4) -> None:
+        self.every_s = every_s
+        self.armed = False
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        if self.armed:
+            self.armed = False
+            raise _Interrupt
+
+    def run(self, call: Callable[..., Any], *args: Any) -> bool:
+        """Call ``call(*args)``; whether an interrupt cut it off."""
+        try:
+            self.armed = True
+            call(*args)
+            self.armed = False
+        except _Interrupt:
+            return True
+        return False
+
+    @contextmanager
+    def raging(self) -> Iterator[InterruptStorm]:
+        old = signal.signal(signal.SIGPROF, self._handler)
+        signal.setitimer(signal.ITIMER_PROF, self.every_s, self.every_s)
+        try:
+            yield self
+        finally:
+            signal.setitimer(signal.ITIMER_PROF, 0.0, 0.0)
+            signal.signal(signal.SIGPROF, old)
+
+
+@pytest.fixture
+def doorbells() -> Iterator[tuple[signalling.ParentDoorbell, signalling.WorkerDoorbell, Any]]:
+    """A parent's and a worker's doorbell over one control block, no processes: two
+    workers that never sleep, and every batch already done (nothing here waits)."""
+    n = 2
+    control = np.zeros((n + 1, signalling._ROW), dtype=np.int64)
+    control[-1, signalling.ALL_DONE] = 1 << 40
+    wake_r, wake_w = os.pipe()
+    bell = signalling.ParentDoorbell(control, [], wake_r)
+    worker = signalling.WorkerDoorbell(
+        control,
+        0,
+        None,  # type: ignore[arg-type]
+        wake_w,
+        spin_seconds=0.0,
+        parent_alive=lambda: True,
+    )
+    poller = select.poll()
+    poller.register(wake_r, select.POLLIN)
+    yield bell, worker, poller
+    os.close(wake_r)
+    os.close(wake_w)
+
+
+def fence_is_free() -> bool:
+    """Whether the next fence can run: its lock can be taken without waiting."""
+    free = signalling._fence_lock.acquire(blocking=False)
+    if free:
+        signalling._fence_lock.release()
+    return free
+
+
+def fence_is_free_elsewhere() -> list[bool]:
+    """:func:`fence_is_free`, asked from another thread (no signal handler runs there)."""
+    answer: list[bool] = []
+    probe = threading.Thread(target=lambda: answer.append(fence_is_free()))
+    probe.start()
+    probe.join(5.0)
+    return answer
+
+
+@pytest.fixture(autouse=True)
+def _free_the_fence() -> Iterator[None]:
+    """A failing test leaves the lock held: free it, or the rest of the session blocks."""
+    yield
+    if not fence_is_free():
+        signalling._fence_lock.release()
+
+
+@pytest.mark.parametrize("path", ["fence", "announce", "sleep_all", "step_done"])
+def test_an_exception_from_a_signal_handler_never_leaves_a_fence_half_done(
+    path: str, doorbells: tuple[signalling.ParentDoorbell, signalling.WorkerDoorbell, Any]
+) -> None:
+    bell, worker, poller = doorbells
+    calls: dict[str, Callable[[int], Any]] = {
+        "fence": lambda seq: signalling.fence(),
+        "announce": lambda seq: bell.announce([0, 1], seq, signalling.KIND_STEP),
+        "sleep_all": lambda seq: bell.sleep_all(seq, poller),
+        "step_done": lambda seq: worker.step_done(seq, False),
+    }
+    call = calls[path]
+    interrupted = calls_made = 0
+    with InterruptStorm().raging() as storm:
+        while interrupted < 100:
+            calls_made += 1
+            if not storm.run(call, calls_made):
+                continue
+            interrupted += 1
+            assert fence_is_free_elsewhere() == [True], (
+                f"interrupt {interrupted} in {path}() after {calls_made} calls left the "
+                "fence's lock held: the next fence (close() runs one) would block for ever"
+            )
+    assert fence_is_free()
+
+
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+def test_a_child_forked_while_another_thread_holds_the_fence_can_fence() -> None:
+    held, leave = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with signalling._fence_lock:
+            held.set()
+            leave.wait(30.0)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert held.wait(10.0)
+        pid = os.fork()
+        if pid == 0:  # the child: one fence, then out (status 0 only if it got through)
+            try:
+                signalling.fence()
+            finally:
+                os._exit(0)
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.01)
+        else:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child blocked in its first fence: it inherited a held lock")
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        leave.set()
+        holder.join(10.0)
