@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
@@ -217,6 +218,37 @@ class BoxActionEnv(gym.Env):  # type: ignore[type-arg]
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         self.state = np.clip(self.state + np.asarray(action, dtype=np.float32), -10, 10)
         return self.state.copy(), float(-np.abs(self.state).sum()), False, False, {}
+
+
+#: Action spaces for :class:`ActionTypeEnv`, by name.
+ACTION_SPACES: dict[str, Callable[[], spaces.Space[Any]]] = {
+    "discrete": lambda: spaces.Discrete(3),
+    "multi-discrete": lambda: spaces.MultiDiscrete([2, 3]),
+    "box": lambda: spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32),
+    "multi-binary": lambda: spaces.MultiBinary(3),
+}
+
+
+class ActionTypeEnv(gym.Env):  # type: ignore[type-arg]
+    """Reports in its info the Python type and dtype of each action it is given, so a
+    comparison with SyncVectorEnv sees whether envs get the same kind of value."""
+
+    def __init__(self, action_space: str = "discrete") -> None:
+        self.observation_space = spaces.Box(0.0, 1.0, shape=(1,), dtype=np.float32)
+        self.action_space = ACTION_SPACES[action_space]()
+        self.t = 0
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(1, dtype=np.float32), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        self.t += 1
+        info = {"action_type": type(action).__name__, "dtype": str(getattr(action, "dtype", ""))}
+        return np.zeros(1, dtype=np.float32), 0.0, self.t >= 3, False, info
 
 
 def detonate(t: int) -> None:

@@ -15,7 +15,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from conftest import Backend
-from envs import DictObsEnv, EnvBoom, ExplodingEnv, FactoryBoom, failing_factory
+from envs import ActionTypeEnv, DictObsEnv, EnvBoom, ExplodingEnv, FactoryBoom, failing_factory
 from gymnasium.vector import AutoresetMode
 from test_equivalence import compare
 
@@ -50,6 +50,11 @@ def test_caller_envs_match_sync_in_every_autoreset_mode(mode: AutoresetMode) -> 
         reset_done_envs=mode == AutoresetMode.DISABLED,
         caller_envs=2,
     )
+
+
+def test_caller_envs_get_actions_of_the_types_sync_vector_env_gives() -> None:
+    fns = [functools.partial(ActionTypeEnv, "discrete")] * 4
+    compare(LOCAL, fns, 1, 2, steps=12, caller_envs=2)
 
 
 def test_caller_envs_cartpole_with_num_envs_matches_sync() -> None:

@@ -17,7 +17,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from conftest import Backend
-from envs import DictObsEnv, TextActionEnv, TextObsEnv, assert_same
+from envs import ACTION_SPACES, ActionTypeEnv, DictObsEnv, TextActionEnv, TextObsEnv, assert_same
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from gymnasium.vector.utils import batch_space
 
@@ -114,6 +114,14 @@ def test_cartpole_matches_sync(backend: Backend, n_workers: int, envs_per_worker
     if n_workers == 1:
         local_only(backend, "one layout is enough on Ray")
     compare(backend, cartpole, n_workers, envs_per_worker, steps=120)
+
+
+@pytest.mark.parametrize("space", sorted(ACTION_SPACES))
+def test_envs_get_actions_of_the_types_sync_vector_env_gives(backend: Backend, space: str) -> None:
+    """Each env's action is the same kind of value as under SyncVectorEnv (numpy scalars
+    for Discrete, not Python ints): an env may act on its type, and CartPole's own
+    ``Discrete.contains`` check is slower for an int. Seen in each step's info."""
+    compare(backend, functools.partial(ActionTypeEnv, space), 2, 2, steps=12)
 
 
 @pytest.mark.parametrize(("n_workers", "envs_per_worker"), [(2, 2), (3, 1)])
