@@ -257,9 +257,21 @@ class CallerBackend:
         assert group is not None
         if cmd is None:  # its answer was taken by a wait that raised: nothing is owed
             return None, None
+        local, own = timers._local, self._stack
+        had = getattr(local, "stack", None)
         try:
-            with self._own:
+            local.stack = own
+            try:
                 return serve(group, cmd), None
+            finally:
+                # _OwnStack's job, inlined: a signal handler (Ctrl-C) runs only at calls
+                # and loops, so here the user's stack is always put back, where a
+                # Python __exit__ could be cut off at its first line (and the user's
+                # timers, and the manager's flushes, would follow the caller's stack).
+                if had is None:
+                    del local.stack
+                else:
+                    local.stack = had
         except Exception as exc:
             env = group.current_env
             group.current_env = None

@@ -101,6 +101,7 @@ class BatchedVectorEnv(CallsMixin, FirstReadyMixin, VectorEnv):  # type: ignore[
         self._seq = 0
         self._inflight: dict[int, int] = {}  # group -> seq of its send() step
         self._closing = False
+        self._flushing = False  # a timer flush is under way (flushes never nest)
         self._groups = list(range(self._layout.n_groups))
         interval = options.get("timer_interval", DEFAULT_TIMER_INTERVAL)
         self._worker_timers = WorkerTimers(interval, self._flush_timers, self._layout.n_groups)
@@ -170,8 +171,10 @@ class BatchedVectorEnv(CallsMixin, FirstReadyMixin, VectorEnv):  # type: ignore[
         if failure is not None:
             w = getattr(failure, "worker_index", -1)
             envs = getattr(failure, "env_indices", ())
+            # str() of a KeyboardInterrupt (an interrupted restart) is empty: name its type.
+            why = str(failure) or type(failure).__name__
             raise BrokenManagerError(
-                f"cannot {name}: the manager is broken ({failure})", w, envs
+                f"cannot {name}: the manager is broken ({why})", w, envs
             ) from failure
         assert self._backend is not None
         return self._backend
@@ -290,7 +293,9 @@ class BatchedVectorEnv(CallsMixin, FirstReadyMixin, VectorEnv):  # type: ignore[
             ) as restarted:
                 try:
                     again = backend.replace(g, self.start_timeout)
-                except BaseException as exc:  # the replacement's factory raised
+                except BaseException as exc:
+                    # The replacement's factory raised, or Ctrl-C cut the restart off
+                    # half done (a process that may never attach): either way, broken.
                     self._break(exc)
                     raise
                 self._budget.done(g)
@@ -464,17 +469,24 @@ class BatchedVectorEnv(CallsMixin, FirstReadyMixin, VectorEnv):  # type: ignore[
             or self._pending is not None
             or self._inflight
             or self.closed
+            or self._flushing
         ):
             return
         backend = self._check_usable("flush timers")
         seq = self._next_seq()
-        backend.post({g: FlushTimers(seq) for g in self._groups})
-        answers, _ = self._await(
-            dict.fromkeys(self._groups, seq),
-            self.step_timeout if timeout is None else timeout,
-            "flush_timers",
-        )
-        self._merge_timers(answers)
+        # Never nested: a flush inside a flush would take the answers the outer one
+        # waits for (an older seq's are dropped) and leave it reading a pipe for ever.
+        self._flushing = True
+        try:
+            backend.post({g: FlushTimers(seq) for g in self._groups})
+            answers, _ = self._await(
+                dict.fromkeys(self._groups, seq),
+                self.step_timeout if timeout is None else timeout,
+                "flush_timers",
+            )
+            self._merge_timers(answers)
+        finally:
+            self._flushing = False
 
     def env_step_seconds(self) -> tuple[np.ndarray, np.ndarray]:
         """``(seconds, steps)``: cumulative ``env.step`` seconds and counts per env, copies of

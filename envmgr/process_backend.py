@@ -119,6 +119,7 @@ class ProcessBackend:
         self._poller = select.poll()
         self._poller.register(self._wake_r.fileno(), select.POLLIN)
         self._owner: dict[int, int] = {}  # sentinel fd -> group
+        self._cut: dict[int, str] = {}  # group -> why its pipe was given up (see _recv)
 
     # ================================================================ names
 
@@ -243,6 +244,9 @@ class ProcessBackend:
                 # The worker is dead. The wait that follows sees its sentinel and
                 # reports it; failing here would bypass the restart policy.
                 pass
+            except BaseException as exc:  # Ctrl-C: the message may be half written
+                self._give_up_pipe(g, exc)
+                raise
         if seq is not None and self._bell is not None:
             # A worker spinning on its command word looks there, not at the pipe.
             self._bell.announce(list(commands), seq, KIND_PIPE)
@@ -430,7 +434,7 @@ class ProcessBackend:
                 continue
             while True:
                 try:
-                    msg = self.conns[g].recv()
+                    msg = self._recv(g)
                 except (EOFError, OSError):
                     got.lost[g] = self._lost(g, "its pipe closed", False)
                     break
@@ -441,14 +445,43 @@ class ProcessBackend:
                         got.answers[g] = msg
                     break  # older answers (after a timeout) are dropped
 
+    def _recv(self, g: int) -> Any:
+        """One message from group ``g``; a read cut off by an exception gives the pipe up.
+
+        ``Connection.recv`` reads a message's length, then its bytes, in Python: an
+        exception raised by a signal handler in between (Ctrl-C's KeyboardInterrupt)
+        leaves the rest in the pipe, and the next read would take it for a length
+        and wait for ever. The worker is stopped instead, so the next call meets a
+        lost worker: replaced under the restart policy, or a clear failure.
+        """
+        try:
+            return self.conns[g].recv()
+        except (EOFError, OSError):
+            raise
+        except BaseException as exc:
+            self._give_up_pipe(g, exc)
+            raise
+
+    def _give_up_pipe(self, g: int, exc: BaseException) -> None:
+        """Stop group ``g``, whose pipe ``exc`` may have cut mid-message (see :meth:`_recv`)."""
+        self._cut[g] = (
+            f"its pipe was cut mid-message by {type(exc).__name__} in this process, "
+            "so it was stopped"
+        )
+        proc = self.processes[g]
+        if proc.is_alive():
+            proc.kill()
+
     def _exit_reason(
         self, g: int, phase: str, seq: int | None = None
     ) -> tuple[str, ErrorResponse | None]:
         """Why worker ``g`` stopped answering; with the error it reported before exiting, if any."""
+        if g in self._cut:
+            return self._cut[g], None
         conn = self.conns[g]
         try:
             while conn.poll():
-                msg = conn.recv()
+                msg = self._recv(g)
                 if isinstance(msg, ErrorResponse) and msg.seq in (seq, -1):
                     return "", msg
         except (EOFError, OSError):
@@ -489,6 +522,7 @@ class ProcessBackend:
             pass
         self._owner.pop(old.sentinel, None)
         self.conns[g].close()
+        self._cut.pop(g, None)
         assert self.buffers is not None
         # Its command word may hold the step it never finished: the new process
         # reads the word as already seen, so it will not run it.
