@@ -180,12 +180,23 @@ class TextObsEnv(gym.Env):  # type: ignore[type-arg]
         return obs, float(action) + len(obs), terminated, False, info
 
 
-class TextActionEnv(gym.Env):  # type: ignore[type-arg]
-    """Text actions: they travel pickled inside the step command (fallback transport)."""
+#: Action spaces for :class:`ActionTypeEnv`, by name.
+ACTION_SPACES: dict[str, Callable[[], spaces.Space[Any]]] = {
+    "discrete": lambda: spaces.Discrete(3),
+    "multi-discrete": lambda: spaces.MultiDiscrete([2, 3]),
+    "box": lambda: spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32),
+    "multi-binary": lambda: spaces.MultiBinary(3),
+    "text": lambda: spaces.Text(max_length=4, min_length=0, charset="ab"),
+}
 
-    def __init__(self) -> None:
-        self.observation_space = spaces.Box(0.0, 10.0, shape=(1,), dtype=np.float32)
-        self.action_space = spaces.Text(max_length=4, min_length=0, charset="ab")
+
+class ActionTypeEnv(gym.Env):  # type: ignore[type-arg]
+    """Reports in its info the Python type and dtype of each action it is given, so a
+    comparison with SyncVectorEnv sees whether envs get the same kind of value."""
+
+    def __init__(self, action_space: str = "discrete") -> None:
+        self.observation_space = spaces.Box(0.0, 1.0, shape=(1,), dtype=np.float32)
+        self.action_space = ACTION_SPACES[action_space]()
         self.t = 0
 
     def reset(
@@ -194,6 +205,19 @@ class TextActionEnv(gym.Env):  # type: ignore[type-arg]
         super().reset(seed=seed)
         self.t = 0
         return np.zeros(1, dtype=np.float32), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        self.t += 1
+        info = {"action_type": type(action).__name__, "dtype": str(getattr(action, "dtype", ""))}
+        return np.zeros(1, dtype=np.float32), 0.0, self.t >= 3, False, info
+
+
+class TextActionEnv(ActionTypeEnv):
+    """Text actions: they travel pickled inside the step command (fallback transport)."""
+
+    def __init__(self) -> None:
+        super().__init__("text")
+        self.observation_space = spaces.Box(0.0, 10.0, shape=(1,), dtype=np.float32)
 
     def step(self, action: str) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         self.t += 1
@@ -218,37 +242,6 @@ class BoxActionEnv(gym.Env):  # type: ignore[type-arg]
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         self.state = np.clip(self.state + np.asarray(action, dtype=np.float32), -10, 10)
         return self.state.copy(), float(-np.abs(self.state).sum()), False, False, {}
-
-
-#: Action spaces for :class:`ActionTypeEnv`, by name.
-ACTION_SPACES: dict[str, Callable[[], spaces.Space[Any]]] = {
-    "discrete": lambda: spaces.Discrete(3),
-    "multi-discrete": lambda: spaces.MultiDiscrete([2, 3]),
-    "box": lambda: spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32),
-    "multi-binary": lambda: spaces.MultiBinary(3),
-}
-
-
-class ActionTypeEnv(gym.Env):  # type: ignore[type-arg]
-    """Reports in its info the Python type and dtype of each action it is given, so a
-    comparison with SyncVectorEnv sees whether envs get the same kind of value."""
-
-    def __init__(self, action_space: str = "discrete") -> None:
-        self.observation_space = spaces.Box(0.0, 1.0, shape=(1,), dtype=np.float32)
-        self.action_space = ACTION_SPACES[action_space]()
-        self.t = 0
-
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[np.ndarray, dict[str, Any]]:
-        super().reset(seed=seed)
-        self.t = 0
-        return np.zeros(1, dtype=np.float32), {}
-
-    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        self.t += 1
-        info = {"action_type": type(action).__name__, "dtype": str(getattr(action, "dtype", ""))}
-        return np.zeros(1, dtype=np.float32), 0.0, self.t >= 3, False, info
 
 
 def detonate(t: int) -> None:
