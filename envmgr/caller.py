@@ -93,7 +93,9 @@ class _OwnStack:
     The group's timers (and any env code timing itself through
     :mod:`envmgr.timers`) then land in the caller group's tree, as they would in
     a worker, and building the group does not reset the user's own tree. A class
-    made once, not a generator per use: it wraps every step.
+    made once, not a generator per use. Used where an interrupt is rare (start-up,
+    shutdown); :meth:`CallerBackend._serve`, run every step, does the same inline,
+    because a Python ``__exit__`` can be cut off by Ctrl-C at its first line.
     """
 
     __slots__ = ("stack", "_had")
