@@ -4,6 +4,7 @@ Run from the repository root:
 
     python benchmarks/probe.py cores              # are the 2 CPUs equally fast right now?
     python benchmarks/probe.py spin  --env compute --n 16
+    python benchmarks/probe.py spin  --env cartpole --n 64 --parent --budgets 0,0.001,0.005
     python benchmarks/probe.py layout --env cartpole --n 64 --workers 2,4,8
 
 ``cores``: one CartPole loop alone, then two copies at once in separate processes
@@ -13,7 +14,8 @@ stepping can reach 2x there.
 
 ``spin`` and ``layout``: envmgr against the serial loop over the same envs, in
 interleaved rounds (median of per-round ratios), for several worker spin budgets
-or several worker counts.
+or several worker counts (``spin --parent``: the parent's budget while it waits for a
+batch, ``parent_spin_seconds``, the workers' left at the default).
 
 ``ray-graph`` (needs ``envmgr[ray]``): what a Ray batch step of two actors, each hosting a
 ``CartPoleVectorEnv`` of ``--n`` envs, costs on a local one-node Ray, as plain actor calls
@@ -28,6 +30,14 @@ backend built on compiled graphs could bring RayEnvManager near the local manage
 against ``envmgr.batching.copy_tree`` (a column at a time from 1,024 rows).
 
     python benchmarks/probe.py column-copy
+
+``sched`` (Linux, needs ``perf`` and the right to trace the scheduler, e.g. root): the
+default layout (2 workers, a sleeping parent) stepped under ``perf sched record``; from
+the trace, how long the parent waits for a core after the last worker wakes it (split
+by whether that worker ran on the core the parent then ran on), and how long it runs
+per wake-up. That is the part of each batch step no worker steps in.
+
+    python benchmarks/probe.py sched --env compute --n 16 --steps 1500
 """
 
 from __future__ import annotations
@@ -122,7 +132,8 @@ def _compare(env: str, n: int, configs: list[dict[str, Any]], steps: int, rounds
 
 def spin(args: argparse.Namespace) -> None:
     budgets = [float(s) for s in args.budgets.split(",")]
-    configs = [{"n_workers": 2, "envs_per_worker": args.n // 2, "spin_seconds": b} for b in budgets]
+    key = "parent_spin_seconds" if args.parent else "spin_seconds"
+    configs = [{"n_workers": 2, "envs_per_worker": args.n // 2, key: b} for b in budgets]
     _compare(args.env, args.n, configs, args.steps, args.rounds)
 
 
@@ -213,6 +224,72 @@ def column_copy(args: argparse.Namespace) -> None:
         print(f"  n={n:5d}: numpy {a:6.2f}  copy_tree {b:6.2f}")
 
 
+def sched(args: argparse.Namespace) -> None:
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        data, pid_file = os.path.join(tmp, "sched.data"), os.path.join(tmp, "pid")
+        child = [sys.executable, "-W", "ignore", __file__, "sched-child", pid_file]
+        child += ["--env", args.env, "--n", str(args.n), "--steps", str(args.steps)]
+        rec = subprocess.run(
+            ["perf", "sched", "record", "-o", data, "--", *child], text=True, capture_output=True
+        )
+        if rec.returncode != 0:
+            sys.exit(f"perf sched record failed (perf installed, tracing allowed?):\n{rec.stderr}")
+        print(rec.stdout.strip())
+        with open(pid_file) as f:
+            parent = f"[{f.read().strip()}]"
+        hist = subprocess.run(
+            ["perf", "sched", "timehist", "-i", data, "-w"],
+            text=True,
+            capture_output=True,
+            check=True,
+        ).stdout.splitlines()
+    waker_core: str | None = None
+    delays: dict[bool, list[float]] = {True: [], False: []}
+    runs: list[float] = []
+    for line in hist:
+        fields = line.split()
+        if len(fields) < 3 or not fields[0][0].isdigit():
+            continue
+        core, task = fields[1], fields[2]
+        if "awakened:" in line:
+            if parent in line.split("awakened:")[1]:
+                waker_core = core
+        elif task.endswith(parent) and len(fields) >= 6 and waker_core is not None:
+            delays[waker_core == core].append(float(fields[4]) * 1e3)  # ms -> µs
+            runs.append(float(fields[5]) * 1e3)
+            waker_core = None
+
+    def spread(us: list[float]) -> str:
+        if not us:
+            return "none"
+        q = sorted(us)
+        return (
+            f"median {statistics.median(q):.0f} µs (p10 {q[len(q) // 10]:.0f}, "
+            f"p90 {q[9 * len(q) // 10]:.0f}; {len(q)} wake-ups)"
+        )
+
+    print(f"{args.env} 2 x {args.n // 2}, default layout, under perf sched:")
+    print(f"  parent waits for a core, woken from that core:  {spread(delays[True])}")
+    print(f"  parent waits for a core, woken from the other:  {spread(delays[False])}")
+    print(f"  parent runs per wake-up (that core's worker waits): {spread(runs)}")
+
+
+def sched_child(args: argparse.Namespace) -> None:
+    with open(args.pid_file, "w") as f:
+        f.write(str(os.getpid()))
+    actions = np.random.default_rng(0).integers(0, 2, (64, args.n))
+    with SubprocessEnvManager([bench_envs.FACTORIES[args.env]] * args.n, n_workers=2) as vec:
+        vec.reset(seed=0)
+        t0 = time.perf_counter()
+        for k in range(args.steps):
+            vec.step(actions[k % 64])
+        us = (time.perf_counter() - t0) / args.steps * 1e6
+    print(f"{args.steps} batch steps, {us:.0f} µs each (under tracing)")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     sub = p.add_subparsers(dest="probe", required=True)
@@ -228,6 +305,9 @@ def main() -> None:
         s.add_argument("--rounds", type=int, default=7)
         s.set_defaults(func=func)
     sub.choices["spin"].add_argument("--budgets", default="0,0.0002,0.0005,0.001,0.002")
+    sub.choices["spin"].add_argument(
+        "--parent", action="store_true", help="the budgets are the parent's (parent_spin_seconds)"
+    )
     sub.choices["layout"].add_argument("--workers", default="2,4,8")
     r = sub.add_parser("ray-graph")
     r.add_argument("--n", type=int, default=2048)
@@ -235,6 +315,14 @@ def main() -> None:
     r.add_argument("--rounds", type=int, default=5)
     r.set_defaults(func=ray_graph)
     sub.add_parser("column-copy").set_defaults(func=column_copy)
+    for name, func in (("sched", sched), ("sched-child", sched_child)):
+        s = sub.add_parser(name)
+        if name == "sched-child":
+            s.add_argument("pid_file")
+        s.add_argument("--env", default="compute", choices=sorted(bench_envs.FACTORIES))
+        s.add_argument("--n", type=int, default=16)
+        s.add_argument("--steps", type=int, default=1500)
+        s.set_defaults(func=func)
     args = p.parse_args()
     args.func(args)
 
