@@ -16,6 +16,8 @@ groups of envs and answers back::
                                                 more to say (else as wait)
     wait(seqs, timeout, need)    <------------  answers, lost groups, errors
     replace(group)               ------------>  a new group in place of a lost one (its Ready)
+    abandon(group, why)          ------------>  a replace cut off (Ctrl-C): leave the group
+                                                lost, to be replaced at the next call
     shutdown(graceful)           ------------>  stop everything, free the arrays
 
 Answers of steps and resets land in the batch arrays before :meth:`Backend.wait`
@@ -112,6 +114,13 @@ class Backend(Protocol):
         ...
 
     def replace(self, g: int, timeout: float | None) -> Ready | Lost: ...
+
+    def abandon(self, g: int, why: str) -> bool:
+        """After an interrupt (not an error) cut :meth:`replace` of group ``g`` off: leave
+        the group lost, whatever step of the replacement it reached, so that the next
+        wait finds it so (saying ``why``) and the front end replaces it again. ``False``
+        if this backend cannot, and the manager is then broken."""
+        ...
 
     def where(self, g: int) -> str: ...
 

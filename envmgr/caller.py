@@ -291,6 +291,9 @@ class CallerBackend:
         # The caller group has no process to lose: only workers are ever replaced.
         return self.inner.replace(g, timeout)
 
+    def abandon(self, g: int, why: str) -> bool:
+        return self.inner.abandon(g, why)
+
     def shutdown(self, graceful: bool) -> None:
         group, self._group = self._group, None
         self._queued = None

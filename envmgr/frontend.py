@@ -61,6 +61,8 @@ __all__ = ["BatchedVectorEnv", "FrontEndOptions", "RESTARTED_INFO_KEY"]
 
 
 _Batch = tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]
+#: Why a group whose restart an interrupt cut off is lost (the next call restarts it).
+_CUT_OFF = "its restart was cut off by an interrupt in this process"
 
 
 class BatchedVectorEnv(CallsMixin, FirstReadyMixin, VectorEnv):  # type: ignore[type-arg]
@@ -294,9 +296,11 @@ class BatchedVectorEnv(CallsMixin, FirstReadyMixin, VectorEnv):  # type: ignore[
                 try:
                     again = backend.replace(g, self.start_timeout)
                 except BaseException as exc:
-                    # The replacement's factory raised, or Ctrl-C cut the restart off
-                    # half done (a process that may never attach): either way, broken.
-                    self._break(exc)
+                    # The replacement's factory raised: broken. Ctrl-C cut the restart
+                    # off: the group is left lost, and the next call replaces it again
+                    # (under the same budget), where the backend can do that.
+                    if isinstance(exc, Exception) or not backend.abandon(g, _CUT_OFF):
+                        self._break(exc)
                     raise
                 self._budget.done(g)
                 if isinstance(again, Ready):

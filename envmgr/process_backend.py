@@ -540,6 +540,20 @@ class ProcessBackend:
         self.worker_pids[g] = ready.pid
         return ready  # type: ignore[no-any-return]
 
+    def abandon(self, g: int, why: str) -> bool:
+        # Whichever process the replacement left as group g's (the lost one, or its
+        # replacement at any point of its start-up) is stopped and watched again, so
+        # the next wait sees its sentinel and :meth:`replace` starts from the top
+        # (each of its steps can be redone). A process started but not yet recorded
+        # reads end-of-file on its pipe, whose end here is gone, and exits.
+        self._cut[g] = why
+        proc = self.processes[g]
+        if proc.is_alive():
+            proc.kill()
+        self._poller.register(proc.sentinel, select.POLLIN)  # again, if it was unregistered
+        self._owner[proc.sentinel] = g
+        return True
+
     # ================================================================ shutdown
 
     def shutdown(self, graceful: bool) -> None:

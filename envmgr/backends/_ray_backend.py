@@ -342,6 +342,11 @@ class RayBackend:
         except WorkerDiedError as exc:
             return Lost(str(exc), exc)
 
+    def abandon(self, g: int, why: str) -> bool:
+        # Where Ray was when the interrupt came (an actor created or not, its start
+        # call sent or not) is not known here: the manager breaks, as it always did.
+        return False
+
     # ================================================================ shutdown
 
     def shutdown(self, graceful: bool) -> None:
