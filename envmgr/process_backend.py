@@ -48,6 +48,10 @@ from envmgr.worker import worker_main
 __all__ = ["ProcessBackend"]
 
 
+class _AnswerOverdue(Exception):
+    """A worker's pipe answer did not arrive before the wait's deadline."""
+
+
 @contextmanager
 def _main_module_hidden() -> Iterator[None]:
     """Keep spawn/forkserver children from re-running the user's ``__main__``.
@@ -284,6 +288,7 @@ class ProcessBackend:
         bell = self._bell
         assert bell is not None
         got = Waited()
+        deadline = None if timeout is None else monotonic() + timeout
         want = len(seqs) if need is None else min(need, len(seqs))
         # A batch step: every group, one seq. Only the last worker to finish rings.
         batch = need is None and len(seqs) == self.n_workers and len(set(seqs.values())) == 1
@@ -303,7 +308,7 @@ class ProcessBackend:
             done = list(seqs)
         else:  # first come, first served: the commands sent earliest (lowest seq) first
             done = sorted(self.finished(seqs, got.lost), key=lambda g: (seqs[g], g))
-        self._read_answers(done[: want - len(got.lost)], seqs, got)
+        self._read_answers(done[: want - len(got.lost)], seqs, got, deadline, phase)
         return got
 
     def wait_step(self, seq: int, timeout: float | None) -> Waited | None:
@@ -422,8 +427,15 @@ class ProcessBackend:
                 if fd in self._owner:
                     self._poller.register(fd, select.POLLIN)
 
-    def _read_answers(self, groups: list[int], seqs: Mapping[int, int], got: Waited) -> None:
-        """The pipe answers of the groups whose DONE word says they sent one."""
+    def _read_answers(
+        self,
+        groups: list[int],
+        seqs: Mapping[int, int],
+        got: Waited,
+        deadline: float | None,
+        phase: str,
+    ) -> None:
+        """The pipe answers of the groups whose DONE word says they send one."""
         bell = self._bell
         assert bell is not None
         with_message = bell.with_message()
@@ -434,9 +446,19 @@ class ProcessBackend:
                 continue
             while True:
                 try:
+                    if not self._answer_in_pipe(g, seq, deadline):
+                        # Wholly written, yet not in the pipe: read already, by a call
+                        # an interrupt cut off between the read and its use (CPython
+                        # 3.10 can run a signal handler there). Its infos went with it.
+                        got.answers[g] = None
+                        break
                     msg = self._recv(g)
                 except (EOFError, OSError):
                     got.lost[g] = self._lost(g, "its pipe closed", False)
+                    break
+                except _AnswerOverdue:
+                    why = f"it did not finish its answer to {phase} in time"
+                    got.lost[g] = self._lost(g, why, True)
                     break
                 if getattr(msg, "seq", None) == seq:
                     if isinstance(msg, ErrorResponse):
@@ -444,6 +466,28 @@ class ProcessBackend:
                     else:
                         got.answers[g] = msg
                     break  # older answers (after a timeout) are dropped
+
+    def _answer_in_pipe(self, g: int, seq: int, deadline: float | None) -> bool:
+        """Wait until group ``g``'s pipe holds an answer (or its end: a dead worker, which
+        the read then reports); ``False`` if its answer to ``seq`` is wholly written and
+        none is left. The worker writes it after its DONE word (see
+        :mod:`envmgr.signalling`): this wait is the answer still on its way.
+
+        Raises:
+            _AnswerOverdue: Past ``deadline``.
+        """
+        conn, bell = self.conns[g], self._bell
+        assert bell is not None
+        wait_s = 0.0
+        while True:
+            written = bell.sent(g) >= seq  # read first: then every byte is in the pipe
+            if conn.poll(wait_s):
+                return True
+            if written:
+                return False
+            if deadline is not None and monotonic() > deadline:
+                raise _AnswerOverdue
+            wait_s = min(2 * wait_s or 1e-4, 0.05)
 
     def _recv(self, g: int) -> Any:
         """One message from group ``g``; a read cut off by an exception gives the pipe up.

@@ -13,8 +13,11 @@ the per-step hand-off uses words in the shared-memory control block instead:
 * Step commands need nothing more (the actions are already in shared memory).
   Other commands are pickled messages on the pipe; their word says so.
 * A worker that finished a step stores ``seq << 1 | has_message`` in its
-  ``DONE`` word (after sending a :class:`~envmgr.messages.StepResponse` down
-  its pipe when there are infos or timers). The parent sleeps on one shared
+  ``DONE`` word, then, when there are infos or timers, sends a
+  :class:`~envmgr.messages.StepResponse` down its pipe and stores ``seq`` in its
+  ``SENT`` word. In that order, so that an answer larger than the pipe's buffer
+  flows while the parent reads it (sent first, a worker would block on a full
+  pipe that the parent, waiting for DONE, never reads). The parent sleeps on one shared
   wake-up pipe, polled together with the worker sentinels, and only the *last*
   worker to finish writes to it: one wake-up per batch, not one per worker.
 * The parent's per-step checks read one word each, whatever the number of
@@ -49,6 +52,7 @@ __all__ = [
     "CMD",
     "DONE",
     "SLEEPING",
+    "SENT",
     "WAITING",
     "ALL_DONE",
     "MESSAGE",
@@ -63,8 +67,9 @@ __all__ = [
     "WorkerDoorbell",
 ]
 
-# Columns of a worker's control row.
-CMD, DONE, SLEEPING = 0, 1, 2
+# Columns of a worker's control row. ``SENT``: the last seq whose pipe answer is
+# wholly written (after DONE: see the module docstring).
+CMD, DONE, SLEEPING, SENT = 0, 1, 2, 3
 # Columns of the parent's row (the last one). ``WAITING``: the parent is not
 # waiting, waits for every worker (a batch step), or for any worker (first-ready
 # stepping). The other three are summaries the workers keep, so that the parent's
@@ -260,6 +265,11 @@ class WorkerDoorbell:
             except OSError:
                 pass
 
+    def sent(self, seq: int) -> None:
+        """Publish that the pipe answer to ``seq`` (announced by :meth:`step_done`) is
+        wholly written."""
+        self.row[SENT] = seq
+
 
 class ParentDoorbell:
     """The parent's side: announce commands, sleep until a step has finished.
@@ -352,6 +362,10 @@ class ParentDoorbell:
         bit if any does: one C-level ``max``, not a loop over the workers.
         """
         return max(self._done) & 1 == 1  # type: ignore[no-any-return]
+
+    def sent(self, w: int) -> int:
+        """The last seq whose pipe answer worker ``w`` has wholly written."""
+        return self.words[w * _ROW + SENT]  # type: ignore[no-any-return]
 
     def done_words(self) -> list[int]:
         """The sequence number each worker last finished."""

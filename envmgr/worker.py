@@ -194,12 +194,16 @@ def _serve_forever(
         # answered by its DONE word alone; the pipe carries a message only when
         # there is something to say.
         has_message = answer is not None
+        if bell is not None:
+            # DONE before the message: an answer larger than the pipe's buffer can only
+            # be written while the parent reads it, and the parent reads once DONE says so.
+            bell.step_done(seq, has_message)
         if has_message:
             ok = _send(conn, config, answer, "step" if cmd is None else type(cmd).__name__.lower())
+            if bell is not None:
+                bell.sent(seq)
         else:
             ok = True
-        if bell is not None:
-            bell.step_done(seq, has_message)
         timers.send.add_time(perf_counter() - t2)
         if not ok:
             return

@@ -26,6 +26,7 @@ __all__ = [
     "TextObsEnv",
     "TextActionEnv",
     "BoxActionEnv",
+    "BigInfoEnv",
     "ExplodingEnv",
     "EnvBoom",
     "FactoryBoom",
@@ -242,6 +243,34 @@ class BoxActionEnv(gym.Env):  # type: ignore[type-arg]
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         self.state = np.clip(self.state + np.asarray(action, dtype=np.float32), -10, 10)
         return self.state.copy(), float(-np.abs(self.state).sum()), False, False, {}
+
+
+class BigInfoEnv(gym.Env):  # type: ignore[type-arg]
+    """Every step's info holds ``size`` float64s (2.4 MB by default): answers many times
+    a pipe's buffer (64 KB on Linux). ``frame(n)`` returns ``n`` of them, for ``call``."""
+
+    observation_space = spaces.Box(-np.inf, np.inf, shape=(2,), dtype=np.float64)
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, size: int = 300_000) -> None:
+        self.size = size
+        self.t = 0
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        self.t = 0
+        self.x = float(self.np_random.uniform())
+        return np.array([self.t, self.x]), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        self.t += 1
+        info = {"frame": self.frame(self.size)}
+        return np.array([self.t, self.x]), float(action), False, self.t >= 5, info
+
+    def frame(self, n: int) -> np.ndarray:
+        return np.full(n, self.t + self.x)
 
 
 def detonate(t: int) -> None:

@@ -17,7 +17,15 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from conftest import Backend
-from envs import ACTION_SPACES, ActionTypeEnv, DictObsEnv, TextActionEnv, TextObsEnv, assert_same
+from envs import (
+    ACTION_SPACES,
+    ActionTypeEnv,
+    BigInfoEnv,
+    DictObsEnv,
+    TextActionEnv,
+    TextObsEnv,
+    assert_same,
+)
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from gymnasium.vector.utils import batch_space
 
@@ -114,6 +122,25 @@ def test_cartpole_matches_sync(backend: Backend, n_workers: int, envs_per_worker
     if n_workers == 1:
         local_only(backend, "one layout is enough on Ray")
     compare(backend, cartpole, n_workers, envs_per_worker, steps=120)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("caller_envs", [0, 1])
+def test_answers_many_times_a_pipe_buffer_arrive_whole(backend: Backend, caller_envs: int) -> None:
+    """Infos and call results of 800 kB per env (a pipe holds 64 kB): the same as
+    SyncVectorEnv's, with no worker stuck writing an answer nobody reads."""
+    if caller_envs:
+        local_only(backend, "caller_envs is the local manager's")
+    big = functools.partial(BigInfoEnv, 100_000)
+    kwargs = {"caller_envs": caller_envs} if caller_envs else {}
+    compare(backend, [big] * 4, 2, None, steps=12, min_episodes=4, **kwargs)
+    sync = SyncVectorEnv([big] * 4)
+    with backend([big] * 4, 2, None, **kwargs) as envs:
+        for venv in (sync, envs):
+            venv.reset(seed=3)
+            venv.step(np.ones(4, dtype=np.int64))
+        assert_same(envs.call("frame", 100_000), sync.call("frame", 100_000), path="call")
+    sync.close()
 
 
 @pytest.mark.parametrize("space", sorted(ACTION_SPACES))
