@@ -87,36 +87,6 @@ def split_caller(
     return checked[:-k], opts, tuple(checked[-k:])
 
 
-class _OwnStack:
-    """``with own:`` makes ``stack`` this thread's default while the caller group runs.
-
-    The group's timers (and any env code timing itself through
-    :mod:`envmgr.timers`) then land in the caller group's tree, as they would in
-    a worker, and building the group does not reset the user's own tree. A class
-    made once, not a generator per use. Used where an interrupt is rare (start-up,
-    shutdown); :meth:`CallerBackend._serve`, run every step, does the same inline,
-    because a Python ``__exit__`` can be cut off by Ctrl-C at its first line.
-    """
-
-    __slots__ = ("stack", "_had")
-
-    def __init__(self, stack: timers.TimerStack) -> None:
-        self.stack = stack
-        self._had: timers.TimerStack | None = None
-
-    def __enter__(self) -> None:
-        local = timers._local
-        self._had = getattr(local, "stack", None)
-        local.stack = self.stack
-
-    def __exit__(self, *exc: object) -> None:
-        had, self._had = self._had, None
-        if had is None:
-            del timers._local.stack
-        else:
-            timers._local.stack = had
-
-
 class CallerBackend:
     """The process backend plus one in-process group (see the module docstring).
 
@@ -131,8 +101,10 @@ class CallerBackend:
         self.layout: Layout = inner.layout
         self.caller = spec.index
         self._spec = spec
+        # The group's timers (and env code timing itself through envmgr.timers) land in
+        # this stack, as they would in a worker's, and building the group leaves the
+        # user's tree alone: the group runs in it through timers.run_in_stack.
         self._stack = timers.TimerStack()
-        self._own = _OwnStack(self._stack)
         self._workers = list(range(inner.n_workers))
         self._group: EnvGroup | None = None
         self._queued: Command | None = None
@@ -158,8 +130,7 @@ class CallerBackend:
         """Build the caller's envs (their exception raised as is), then start the workers."""
         spec = self._spec
         try:
-            with self._own:
-                self._group = build_group(spec)
+            self._group = timers.run_in_stack(self._stack, build_group, spec)
         except BuildFailed as failed:
             env = None if failed.env is None else spec.offset + failed.env
             _add_note(failed.exc, self._where_env(env, "make"))
@@ -259,21 +230,8 @@ class CallerBackend:
         assert group is not None
         if cmd is None:  # its answer was taken by a wait that raised: nothing is owed
             return None, None
-        local, own = timers._local, self._stack
-        had = getattr(local, "stack", None)
         try:
-            local.stack = own
-            try:
-                return serve(group, cmd), None
-            finally:
-                # _OwnStack's job, inlined: a signal handler (Ctrl-C) runs only at calls
-                # and loops, so here the user's stack is always put back, where a
-                # Python __exit__ could be cut off at its first line (and the user's
-                # timers, and the manager's flushes, would follow the caller's stack).
-                if had is None:
-                    del local.stack
-                else:
-                    local.stack = had
+            return timers.run_in_stack(self._stack, serve, group, cmd), None
         except Exception as exc:
             env = group.current_env
             group.current_env = None
@@ -300,8 +258,7 @@ class CallerBackend:
         try:
             if group is not None:
                 group.attach({})
-                with self._own:
-                    group.close()
+                timers.run_in_stack(self._stack, group.close)
         finally:
             self.inner.shutdown(graceful)
 

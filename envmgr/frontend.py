@@ -63,6 +63,8 @@ __all__ = ["BatchedVectorEnv", "FrontEndOptions", "RESTARTED_INFO_KEY"]
 _Batch = tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]
 #: Why a group whose restart an interrupt cut off is lost (the next call restarts it).
 _CUT_OFF = "its restart was cut off by an interrupt in this process"
+#: The phase of a timer flush, the one internal call (it finds lost groups, never replaces them).
+_FLUSH = "flush_timers"
 
 
 class BatchedVectorEnv(CallsMixin, FirstReadyMixin, VectorEnv):  # type: ignore[type-arg]
@@ -213,8 +215,10 @@ class BatchedVectorEnv(CallsMixin, FirstReadyMixin, VectorEnv):  # type: ignore[
             self._failure = failure
         self._pending = None
         self._inflight.clear()
-        self._shutdown(graceful=False)
+        # Closed first: an interrupt cutting the shutdown off must not leave an open
+        # manager in front of stopped groups.
         self.closed = True
+        self._shutdown(graceful=False)
 
     def _raise_remote(self, err: Any, fatal: bool = False) -> None:
         """Raise what a group reported; ``fatal``: the group exited after it (break first)."""
@@ -252,6 +256,11 @@ class BatchedVectorEnv(CallsMixin, FirstReadyMixin, VectorEnv):  # type: ignore[
         answers = got.answers
         replaced: dict[int, tuple[range, str]] = {}
         for g, lost in sorted(got.lost.items()) if got.lost else ():
+            if phase == _FLUSH:
+                # Its unshipped timings are gone with it; the next step or reset finds
+                # it lost again (the backend still sees it dead or silent) and replaces
+                # it under the restart policy, with the note its envs' infos carry.
+                continue
             if phase not in ("step", "reset"):
                 self.failures.append(lost.failure)
                 self._break(lost.failure)
@@ -486,7 +495,7 @@ class BatchedVectorEnv(CallsMixin, FirstReadyMixin, VectorEnv):  # type: ignore[
             answers, _ = self._await(
                 dict.fromkeys(self._groups, seq),
                 self.step_timeout if timeout is None else timeout,
-                "flush_timers",
+                _FLUSH,
             )
             self._merge_timers(answers)
         finally:

@@ -18,6 +18,7 @@ The JSON layout and :data:`TIMER_FORMAT_VERSION` match what ML-Agents writes, so
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import json
 import math
@@ -35,6 +36,7 @@ from typing import Any, TypeVar
 TIMER_FORMAT_VERSION = "0.1.0"
 
 FuncT = TypeVar("FuncT", bound=Callable[..., Any])
+T = TypeVar("T")
 
 # Compact pickled form of a node: (total, count) for plain leaves, (total, count, is_parallel)
 # for parallel leaves, (total, count, is_parallel, {name: state}) when there are children.
@@ -317,15 +319,38 @@ class _ThreadState(threading.local):
 
 
 _local = _ThreadState()
+# A stack that stands in for the thread's default while :func:`run_in_stack` runs.
+_stand_in: contextvars.ContextVar[TimerStack | None] = contextvars.ContextVar(
+    "envmgr_timer_stack", default=None
+)
 
 
 def get_default_stack() -> TimerStack:
     """Returns the calling thread's default :class:`TimerStack`, creating it on first use."""
+    stand_in = _stand_in.get()
+    if stand_in is not None:
+        return stand_in
     try:
         return _local.stack
     except AttributeError:
         stack = _local.stack = TimerStack()
         return stack
+
+
+def run_in_stack(stack: TimerStack, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` with ``stack`` as the default stack (timers that name none nest there).
+
+    The switch lives in a copy of the calling context, entered and left by
+    ``Context.run`` in C: no exception raised by a signal handler (Ctrl-C) between two
+    bytecodes can leave ``stack`` in place after ``fn`` returns or raises, as it could
+    where Python code sets and restores a thread's stack.
+    """
+    return contextvars.copy_context().run(_run_in, stack, fn, args)
+
+
+def _run_in(stack: TimerStack, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
+    _stand_in.set(stack)  # in the copied context: gone with it
+    return fn(*args)
 
 
 class hierarchical_timer:  # noqa: N801 - used like a function, as in ML-Agents
@@ -357,10 +382,12 @@ class hierarchical_timer:  # noqa: N801 - used like a function, as in ML-Agents
         timer_stack = self._timer_stack
         if timer_stack is None:
             # Inlined fast path of get_default_stack(): saves a call on every env step.
-            try:
-                timer_stack = _local.stack
-            except AttributeError:
-                timer_stack = get_default_stack()
+            timer_stack = _stand_in.get()
+            if timer_stack is None:
+                try:
+                    timer_stack = _local.stack
+                except AttributeError:
+                    timer_stack = get_default_stack()
         # Inlined push(): this runs on every timed env step.
         stack = timer_stack.stack
         children = stack[-1].children
