@@ -13,11 +13,11 @@ the per-step hand-off uses words in the shared-memory control block instead:
 * Step commands need nothing more (the actions are already in shared memory).
   Other commands are pickled messages on the pipe; their word says so.
 * A worker that finished a step stores ``seq << 1 | has_message`` in its
-  ``DONE`` word, then, when there are infos or timers, sends a
-  :class:`~envmgr.messages.StepResponse` down its pipe and stores ``seq`` in its
-  ``SENT`` word. In that order, so that an answer larger than the pipe's buffer
-  flows while the parent reads it (sent first, a worker would block on a full
-  pipe that the parent, waiting for DONE, never reads). The parent sleeps on one shared
+  ``DONE`` word; when there are infos or timers it also sends a
+  :class:`~envmgr.messages.StepResponse` down its pipe and then stores ``seq`` in
+  its ``SENT`` word. A small answer is sent before DONE (the parent, woken by it,
+  finds the answer waiting); one larger than a pipe holds after DONE, as it can
+  only be written while the parent reads it. The parent sleeps on one shared
   wake-up pipe, polled together with the worker sentinels, and only the *last*
   worker to finish writes to it: one wake-up per batch, not one per worker.
 * The parent's per-step checks read one word each, whatever the number of

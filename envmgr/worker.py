@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 from multiprocessing.connection import Connection
+from multiprocessing.reduction import ForkingPickler
 from time import perf_counter
 from typing import Any
 
@@ -90,19 +91,32 @@ def _receive(conn: Connection, spin_seconds: float, parent_pid: int) -> Command 
 
 def _send(conn: Connection, config: WorkerConfig, message: Any, phase: str) -> bool:
     """Send ``message``; if it cannot be pickled, send the reason instead."""
+    return _write(conn, _pickled(config, message, phase))
+
+
+def _pickled(config: WorkerConfig, message: Any, phase: str) -> memoryview:
+    """``message`` as ``Connection.send`` pickles it; the reason, if it cannot be pickled."""
     try:
-        conn.send(message)
-        return True
-    except (BrokenPipeError, ConnectionResetError, EOFError):
-        return False
+        return ForkingPickler.dumps(message)  # type: ignore[no-any-return]
     except Exception as exc:  # unpicklable info, observation, or call result
         seq = getattr(message, "seq", -1)
         err = error_response(config.worker_index, seq, None, f"{phase} (sending the result)", exc)
-        try:
-            conn.send(err)
-        except Exception:
-            return False
+        return ForkingPickler.dumps(err)  # type: ignore[no-any-return]
+
+
+def _write(conn: Connection, data: memoryview) -> bool:
+    """Write one message; ``False`` if the parent's end is gone."""
+    try:
+        conn.send_bytes(data)
         return True
+    except (BrokenPipeError, ConnectionResetError, EOFError):
+        return False
+
+
+#: Answers up to this size are written before their DONE word: a pipe holds them
+#: whole (64 kB on Linux, 16 kB at first on macOS), so the parent, woken by DONE,
+#: finds the answer there. Larger ones are written after it, while the parent reads.
+_PIPE_ROOM = 16 * 1024 - 64
 
 
 def worker_main(conn: Connection, wake: Connection, config: WorkerConfig) -> None:
@@ -193,17 +207,24 @@ def _serve_forever(
         # A step or reset whose whole result is in shared memory (no answer) is
         # answered by its DONE word alone; the pipe carries a message only when
         # there is something to say.
-        has_message = answer is not None
-        if bell is not None:
-            # DONE before the message: an answer larger than the pipe's buffer can only
-            # be written while the parent reads it, and the parent reads once DONE says so.
-            bell.step_done(seq, has_message)
-        if has_message:
-            ok = _send(conn, config, answer, "step" if cmd is None else type(cmd).__name__.lower())
+        ok = True
+        if answer is None:
             if bell is not None:
-                bell.sent(seq)
+                bell.step_done(seq, False)
         else:
-            ok = True
+            data = _pickled(config, answer, "step" if cmd is None else type(cmd).__name__.lower())
+            if bell is None:
+                ok = _write(conn, data)
+            elif len(data) <= _PIPE_ROOM:
+                ok = _write(conn, data)
+                bell.sent(seq)
+                bell.step_done(seq, True)
+            else:
+                # Larger than a pipe holds: written only as the parent reads it, and
+                # the parent reads once DONE says there is an answer.
+                bell.step_done(seq, True)
+                ok = _write(conn, data)
+                bell.sent(seq)
         timers.send.add_time(perf_counter() - t2)
         if not ok:
             return
