@@ -104,7 +104,6 @@ class BatchedVectorEnv(CallsMixin, FirstReadyMixin, VectorEnv):  # type: ignore[
         self.failures: list[WorkerFailure] = []
         self._seq = 0
         self._inflight: dict[int, int] = {}  # group -> seq of its send() step
-        self._closing = False
         self._flushing = False  # a timer flush is under way (flushes never nest)
         self._groups = list(range(self._layout.n_groups))
         interval = options.get("timer_interval", DEFAULT_TIMER_INTERVAL)
@@ -287,7 +286,7 @@ class BatchedVectorEnv(CallsMixin, FirstReadyMixin, VectorEnv):  # type: ignore[
         assert backend is not None
         first = lost.failure
         self.failures.append(first)
-        if self._budget.max_restarts <= 0 or self._closing:
+        if self._budget.max_restarts <= 0:
             self._break(first)
             raise first
         reason = lost.reason
@@ -520,7 +519,6 @@ class BatchedVectorEnv(CallsMixin, FirstReadyMixin, VectorEnv):  # type: ignore[
     def _close(self, flush: bool) -> None:
         try:
             if flush and not self.closed and self._pending is None and not self._inflight:
-                self._closing = True  # a lost group is not replaced just to flush timers
                 try:
                     # Bounded: timings are a courtesy at close, never a reason to hang.
                     self._flush_timers(getattr(self._backend, "close_timeout", 5.0))
