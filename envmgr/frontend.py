@@ -301,34 +301,40 @@ class BatchedVectorEnv(CallsMixin, FirstReadyMixin, VectorEnv):  # type: ignore[
             with timers.hierarchical_timer(
                 f"restart_{self.group_noun[:-1]}_{g}", self._worker_timers.stack
             ) as restarted:
+                stage = "replace"
                 try:
                     again = backend.replace(g, self.start_timeout)
+                    stage = "reset"
+                    self._budget.done(g)
+                    if isinstance(again, Ready):
+                        self._merge_start(restarted, {g: again})
+                        seq = self._next_seq()
+                        if reset is None:
+                            next_step = self.autoreset_mode == AutoresetMode.NEXT_STEP
+                            n = len(self._env_range(g))
+                            cmd = Reset(seq, (None,) * n, None, None, False, next_step)
+                        else:
+                            cmd = Reset(seq, reset.seeds, reset.options, reset.mask, False)
+                        backend.post({g: cmd})
+                        got = backend.wait({g: seq}, self.start_timeout, None, "restart reset")
+                        if got.fatal is not None:
+                            self._raise_remote(got.fatal, fatal=True)
+                        if got.errors:
+                            self._raise_remote(got.errors[0])
+                        if g in got.answers:
+                            return got.answers[g]  # type: ignore[no-any-return]
+                        again = got.lost[g]
                 except BaseException as exc:
-                    # The replacement's factory raised: broken. Ctrl-C cut the restart
-                    # off: the group is left lost, and the next call replaces it again
-                    # (under the same budget), where the backend can do that.
-                    if isinstance(exc, Exception) or not backend.abandon(g, _CUT_OFF):
+                    # Ctrl-C cut the restart (replacement or its reset) off: the group is
+                    # left lost, and the next call restarts it again (under the same
+                    # budget), where the backend can do that. The replacement's factory
+                    # raised: broken. A reset's error is raised as at any reset.
+                    if not isinstance(exc, Exception):
+                        if not backend.abandon(g, _CUT_OFF):
+                            self._break(exc)
+                    elif stage == "replace":
                         self._break(exc)
                     raise
-                self._budget.done(g)
-                if isinstance(again, Ready):
-                    self._merge_start(restarted, {g: again})
-                    seq = self._next_seq()
-                    if reset is None:
-                        next_step = self.autoreset_mode == AutoresetMode.NEXT_STEP
-                        n = len(self._env_range(g))
-                        cmd = Reset(seq, (None,) * n, None, None, False, next_step)
-                    else:
-                        cmd = Reset(seq, reset.seeds, reset.options, reset.mask, False)
-                    backend.post({g: cmd})
-                    got = backend.wait({g: seq}, self.start_timeout, None, "restart reset")
-                    if got.fatal is not None:
-                        self._raise_remote(got.fatal, fatal=True)
-                    if got.errors:
-                        self._raise_remote(got.errors[0])
-                    if g in got.answers:
-                        return got.answers[g]  # type: ignore[no-any-return]
-                    again = got.lost[g]
             # The replacement died or hung before it was ready: one more failure of
             # this group, under the same budget.
             reason = f"its replacement {again.reason}"

@@ -243,29 +243,40 @@ def test_a_step_loop_interrupted_again_and_again_keeps_working(layout: str) -> N
         assert "after_the_storm" in timers.get_timer_tree()["children"]
 
 
-def _slow_to_rebuild(flag: str) -> Callable[[], gym.Env[Any, Any]]:
-    """CartPole, built at once; while ``flag`` exists, built slowly (a restart to cut off),
-    its process's pid appended to ``flag + ".pids"`` first."""
+def _slow_to_restart(flag: str, part: str) -> Callable[[], gym.Env[Any, Any]]:
+    """CartPole; while ``flag`` exists, its build (``part="build"``) or its reset
+    (``"reset"``) takes 5 s, a restart to cut off, after appending the process's pid to
+    ``flag + ".pids"``."""
+
+    def stall() -> None:
+        with open(flag + ".pids", "a") as f:
+            f.write(f"{os.getpid()}\n")
+        time.sleep(5.0)
+
+    class SlowReset(gym.Wrapper):  # type: ignore[type-arg]
+        def reset(self, **kwargs: Any) -> Any:
+            if os.path.exists(flag):
+                stall()
+            return self.env.reset(**kwargs)
 
     def make() -> gym.Env[Any, Any]:
-        if os.path.exists(flag):
-            with open(flag + ".pids", "a") as f:
-                f.write(f"{os.getpid()}\n")
-            time.sleep(5.0)
-        return gym.make("CartPole-v1")
+        if part == "build" and os.path.exists(flag):
+            stall()
+        env = gym.make("CartPole-v1")
+        return SlowReset(env) if part == "reset" else env
 
     return make
 
 
-@pytest.mark.parametrize("caller_envs", [0, 1])
+@pytest.mark.parametrize(("part", "caller_envs"), [("build", 0), ("build", 1), ("reset", 0)])
 def test_a_restart_cut_off_by_an_interrupt_is_redone_at_the_next_call(
-    caller_envs: int, tmp_path: Path
+    part: str, caller_envs: int, tmp_path: Path
 ) -> None:
     """Ctrl-C while a lost worker is being replaced: the interrupt reaches the caller,
     the half-started replacement is stopped, and the next step replaces the worker
     again and goes on (the manager is not broken)."""
     flag = str(tmp_path / "slow")
-    factory = _slow_to_rebuild(flag)
+    factory = _slow_to_restart(flag, part)
     old_handler = signal.signal(signal.SIGUSR1, _raise_interrupt)
     with SubprocessEnvManager(factory, 2, 1, caller_envs=caller_envs, max_restarts=3) as envs:
         actions = np.zeros(envs.num_envs, dtype=np.int64)
@@ -275,7 +286,7 @@ def test_a_restart_cut_off_by_an_interrupt_is_redone_at_the_next_call(
         os.kill(victim, signal.SIGKILL)
         assert not wait_gone([process_token(victim)], zombie_ok=True)
         # The step finds worker 1 dead and starts its replacement, which takes 5 s to
-        # build: the interrupt comes while the parent waits for it.
+        # build or to reset: the interrupt comes while the parent waits for it.
         ring = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGUSR1))
         ring.start()
         try:
