@@ -470,8 +470,8 @@ class ProcessBackend:
     def _answer_in_pipe(self, g: int, seq: int, deadline: float | None) -> bool:
         """Wait until group ``g``'s pipe holds an answer (or its end: a dead worker, which
         the read then reports); ``False`` if its answer to ``seq`` is wholly written and
-        none is left. The worker writes it after its DONE word (see
-        :mod:`envmgr.signalling`): this wait is the answer still on its way.
+        none is left. A worker writes an answer over 16 kB after its DONE word (see
+        :mod:`envmgr.signalling`): this wait is such an answer still on its way.
 
         Raises:
             _AnswerOverdue: Past ``deadline``.
@@ -508,10 +508,12 @@ class ProcessBackend:
 
     def _give_up_pipe(self, g: int, exc: BaseException) -> None:
         """Stop group ``g``, whose pipe ``exc`` may have cut mid-message (see :meth:`_recv`)."""
-        self._cut[g] = (
-            f"its pipe was cut mid-message by {type(exc).__name__} in this process, "
-            "so it was stopped"
-        )
+        why = f"its pipe was cut mid-message by {type(exc).__name__} in this process"
+        self._stop(g, f"{why}, so it was stopped")
+
+    def _stop(self, g: int, why: str) -> None:
+        """Kill group ``g``'s process; the next wait reports it lost, saying ``why``."""
+        self._cut[g] = why
         proc = self.processes[g]
         if proc.is_alive():
             proc.kill()
@@ -590,12 +592,10 @@ class ProcessBackend:
         # the next wait sees its sentinel and :meth:`replace` starts from the top
         # (each of its steps can be redone). A process started but not yet recorded
         # reads end-of-file on its pipe, whose end here is gone, and exits.
-        self._cut[g] = why
-        proc = self.processes[g]
-        if proc.is_alive():
-            proc.kill()
-        self._poller.register(proc.sentinel, select.POLLIN)  # again, if it was unregistered
-        self._owner[proc.sentinel] = g
+        self._stop(g, why)
+        sentinel = self.processes[g].sentinel
+        self._poller.register(sentinel, select.POLLIN)  # again, if it was unregistered
+        self._owner[sentinel] = g
         return True
 
     # ================================================================ shutdown

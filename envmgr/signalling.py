@@ -68,7 +68,7 @@ __all__ = [
 ]
 
 # Columns of a worker's control row. ``SENT``: the last seq whose pipe answer is
-# wholly written (after DONE: see the module docstring).
+# wholly written (before or after DONE, by size: see the module docstring).
 CMD, DONE, SLEEPING, SENT = 0, 1, 2, 3
 # Columns of the parent's row (the last one). ``WAITING``: the parent is not
 # waiting, waits for every worker (a batch step), or for any worker (first-ready
@@ -266,8 +266,7 @@ class WorkerDoorbell:
                 pass
 
     def sent(self, seq: int) -> None:
-        """Publish that the pipe answer to ``seq`` (announced by :meth:`step_done`) is
-        wholly written."""
+        """Publish that the pipe answer to ``seq`` is wholly written."""
         self.row[SENT] = seq
 
 
