@@ -14,7 +14,7 @@ which decides the ceiling on machines with many cores.
 
 ``floor``: the least a batch round trip can cost with envmgr's wake-up mechanism. A parent
 and ``W`` worker processes ping-pong on exactly the pieces envmgr uses
-(:mod:`envmgr.signalling`: command and done words in shared memory, the worker spinning
+(:mod:`envmgr.backends.local.doorbell`: command and done words in shared memory, the worker spinning
 then sleeping on its pipe, the last worker waking the parent through the shared wake-up
 pipe) with nothing else: no envs, no actions, no observations. Timed in the same rounds as
 envmgr's own one-batch round trip on the no-op env with ``W`` workers x 1 env; envmgr /
@@ -54,7 +54,7 @@ from envmgr import SubprocessEnvManager  # noqa: E402
 
 bench_envs.make_picklable()
 
-_ROW = 8  # int64 words per control row, as in envmgr.signalling
+_ROW = 8  # int64 words per control row, as in envmgr.backends.local.doorbell
 #: Longest wait for a floor worker to start (spawn imports numpy and envmgr).
 START_TIMEOUT = 60.0
 
@@ -69,7 +69,7 @@ def _floor_worker(
     shm = SharedMemory(name=shm_name)
     try:
         try:
-            from envmgr.signalling import WorkerDoorbell
+            from envmgr.backends.local.doorbell import WorkerDoorbell
 
             control: np.ndarray = np.ndarray((rows, _ROW), dtype=np.int64, buffer=shm.buf)
             parent = os.getppid()
@@ -107,7 +107,7 @@ class FloorPingPong:
     def __init__(
         self, n_workers: int, spin_seconds: float, parent_spin_seconds: float = 0.0
     ) -> None:
-        from envmgr.signalling import KIND_STEP, ParentDoorbell
+        from envmgr.backends.local.doorbell import KIND_STEP, ParentDoorbell
 
         self.kind = KIND_STEP
         self.parent_spin = parent_spin_seconds

@@ -27,7 +27,7 @@ backend built on compiled graphs could bring RayEnvManager near the local manage
 
 ``column-copy``: writing a column-major (n, 4) float32 batch (a vectorized env's
 ``state.T``, as CartPole returns it) into a row-major array, numpy's one assignment
-against ``envmgr.batching.copy_tree`` (a column at a time from 1,024 rows).
+against ``envmgr.protocol.trees.copy_tree`` (a column at a time from 1,024 rows).
 
     python benchmarks/probe.py column-copy
 
@@ -204,7 +204,7 @@ def ray_graph(args: argparse.Namespace) -> None:
 def column_copy(args: argparse.Namespace) -> None:
     import timeit
 
-    from envmgr.batching import copy_tree
+    from envmgr.protocol.trees import copy_tree
 
     print("(n, 4) column-major float32 into row-major, µs per copy (best of 5 x 2,000):")
     for n in (16, 256, 1024, 8192):

@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         print('needs Ray: pip install "envmgr[ray]"', file=sys.stderr)
         return 1
-    from envmgr.backends.ray import RayEnvManager
+    from envmgr.managers.ray import RayEnvManager
 
     timings: list[tuple[str, float]] = []
     t0 = time.perf_counter()

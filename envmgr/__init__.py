@@ -24,9 +24,9 @@ from envmgr.errors import (
     WorkerFailure,
     WorkerTimeoutError,
 )
-from envmgr.make import make
-from envmgr.manager import SubprocessEnvManager, default_start_method
-from envmgr.messages import StepResponse
+from envmgr.managers.local import SubprocessEnvManager, default_start_method
+from envmgr.managers.make import make
+from envmgr.protocol.messages import StepResponse
 
 __version__ = "0.1.0"
 
@@ -57,7 +57,7 @@ def __getattr__(name: str) -> Any:
     # RayEnvManager is exported lazily: `import envmgr` must not import Ray, an
     # optional extra (pip install "envmgr[ray]").
     if name == "RayEnvManager":
-        from envmgr.backends.ray import RayEnvManager
+        from envmgr.managers.ray import RayEnvManager
 
         return RayEnvManager
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -68,7 +68,7 @@ def _demo_env_spec(env_id: str) -> Any:
     """The spec of ``env_id``, or a usage error saying why there is none."""
     import gymnasium as gym
 
-    from envmgr.make import _resolve_spec
+    from envmgr.managers.make import _resolve_spec
 
     try:
         return _resolve_spec(env_id)
@@ -79,8 +79,8 @@ def _demo_env_spec(env_id: str) -> Any:
 def _demo(args: argparse.Namespace) -> int:
     from envmgr import timers
     from envmgr.errors import EnvMgrError
-    from envmgr.make import make
-    from envmgr.timer_format import format_tree, worker_summary
+    from envmgr.managers.make import make
+    from envmgr.timers.format import format_tree, worker_summary
 
     if args.timers_json:
         folder = os.path.dirname(os.path.abspath(args.timers_json))
@@ -145,7 +145,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _load(path: str) -> dict[str, Any]:
-    from envmgr.timer_format import TimerFileError, TimerTreeError, load_tree
+    from envmgr.timers.format import TimerFileError, TimerTreeError, load_tree
 
     try:
         return load_tree(path)
@@ -168,7 +168,7 @@ def _write_text(text: str, out: str | None) -> None:
 
 
 def _timers_show(args: argparse.Namespace) -> int:
-    from envmgr.timer_format import format_tree
+    from envmgr.timers.format import format_tree
 
     tree = _load(args.file)
     _write_text(
@@ -180,7 +180,7 @@ def _timers_show(args: argparse.Namespace) -> int:
 
 
 def _timers_fold(args: argparse.Namespace) -> int:
-    from envmgr.timer_format import folded_stacks
+    from envmgr.timers.format import folded_stacks
 
     tree = _load(args.file)
     text = folded_stacks(tree, root_name=args.root_name, keep_worker_root=args.keep_worker_root)
@@ -195,7 +195,7 @@ def _timers_fold(args: argparse.Namespace) -> int:
 
 
 def _timers_plot(args: argparse.Namespace) -> int:
-    from envmgr.timer_plot import plot_icicle
+    from envmgr.timers.plot import plot_icicle
 
     tree = _load(args.file)
     try:
@@ -217,7 +217,7 @@ def _timers_plot(args: argparse.Namespace) -> int:
 
 
 def _timers_workers(args: argparse.Namespace) -> int:
-    from envmgr.timer_format import worker_summary
+    from envmgr.timers.format import worker_summary
 
     _write_text(worker_summary(_load(args.file)) + "\n", None)
     return EXIT_OK

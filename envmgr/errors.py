@@ -242,3 +242,44 @@ def _with_file(summary: traceback.FrameSummary, frame: FrameType) -> traceback.F
     return traceback.FrameSummary(
         path, summary.lineno, summary.name, lookup_line=True, locals=summary.locals, **positions
     )
+
+
+class RayActorDiedError(WorkerDiedError):
+    """A Ray actor of the manager died: its process was killed or its node was lost.
+
+    Attributes:
+        worker_index: Index of the actor in the manager (``actor_index`` too).
+        env_indices: Global indices of the envs the actor owned.
+        node_ip: IP address of the node the actor ran on.
+        node_id: Ray node id (hex) of that node.
+        actor_id: Ray actor id (hex).
+        pid: The actor's process id on its node.
+        node_alive: Whether Ray still listed the node as alive when the death was
+            noticed (``False``: the whole node was lost; ``None``: unknown).
+        reason: Ray's own account of the death.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        worker_index: int,
+        env_indices: Sequence[int] = (),
+        *,
+        node_ip: str | None = None,
+        node_id: str | None = None,
+        actor_id: str | None = None,
+        pid: int | None = None,
+        node_alive: bool | None = None,
+        reason: str = "",
+    ) -> None:
+        super().__init__(message, worker_index, env_indices, None)
+        self.node_ip = node_ip
+        self.node_id = node_id
+        self.actor_id = actor_id
+        self.pid = pid
+        self.node_alive = node_alive
+        self.reason = reason
+
+    @property
+    def actor_index(self) -> int:
+        return self.worker_index

@@ -15,7 +15,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from envmgr import SubprocessEnvManager, timers
-from envmgr.timer_format import format_tree
+from envmgr.timers.format import format_tree
 
 
 class RandomWalk(VectorEnv):

@@ -8,7 +8,7 @@ import argparse
 import gymnasium as gym
 
 from envmgr import SubprocessEnvManager, timers
-from envmgr.timer_format import format_tree
+from envmgr.timers.format import format_tree
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--steps", type=int, default=2000, help="batch steps to take")

@@ -27,7 +27,7 @@ from stable_baselines3.common.vec_env import VecMonitor
 
 from envmgr import timers
 from envmgr.integrations.sb3 import EnvmgrVecEnv
-from envmgr.timer_format import format_tree, worker_summary
+from envmgr.timers.format import format_tree, worker_summary
 
 SOLVED_AT, WINDOW = 475.0, 100
 

@@ -18,8 +18,8 @@ from collections import deque
 import numpy as np
 
 from envmgr import timers
-from envmgr.make import make
-from envmgr.timer_format import format_tree, worker_summary
+from envmgr.managers.make import make
+from envmgr.timers.format import format_tree, worker_summary
 
 try:
     from tqdm import tqdm

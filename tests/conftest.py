@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 
 from envmgr import timers
-from envmgr.shared_memory import SEGMENT_PREFIX, SharedBuffers
+from envmgr.protocol.shared_memory import SEGMENT_PREFIX, SharedBuffers
 
 SHM_DIR = Path("/dev/shm")
 START_METHODS = [m for m in ("fork", "forkserver", "spawn") if m in mp.get_all_start_methods()]

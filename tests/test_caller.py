@@ -1,4 +1,6 @@
-"""``caller_envs=K``: the parent steps the batch's last K envs itself (envmgr.caller).
+"""``caller_envs=K``: the parent steps the batch's last K envs itself.
+
+(envmgr.backends.local.caller_group)
 
 The caller's envs go through the same EnvGroup and serve() as a worker's, so the
 batch must be exactly SyncVectorEnv's in every autoreset mode, per-env calls must
@@ -163,7 +165,7 @@ def test_caller_time_is_its_own_timer_node() -> None:
 
 
 def test_ray_manager_refuses_caller_envs_before_starting_ray() -> None:
-    from envmgr.options import check_options
+    from envmgr.frontend.options import check_options
 
     with pytest.raises(TypeError, match="only SubprocessEnvManager steps envs"):
         check_options("RayEnvManager", {"caller_envs": 4})

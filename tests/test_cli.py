@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from envmgr.timer_format import folded_stacks, load_tree
+from envmgr.timers.format import folded_stacks, load_tree
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from envmgr.fork_safety import describe, fork_unsafe_threads, library_of
+from envmgr.backends.local.fork_safety import describe, fork_unsafe_threads, library_of
 
 pytestmark = pytest.mark.timeout(90)
 

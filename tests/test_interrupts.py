@@ -31,13 +31,9 @@ import numpy as np
 import pytest
 from fault_envs import process_token, wait_gone
 
-from envmgr import (
-    NoAsyncCallError,
-    SubprocessEnvManager,
-    signalling,
-    timers,
-)
-from envmgr.frontend import RESTARTED_INFO_KEY
+from envmgr import NoAsyncCallError, SubprocessEnvManager, timers
+from envmgr.backends.local import doorbell as signalling
+from envmgr.frontend.results import RESTARTED_INFO_KEY
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -24,7 +24,7 @@ import pytest
 from gymnasium import spaces
 
 from envmgr import SubprocessEnvManager
-from envmgr.make import make
+from envmgr.managers.make import make
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -163,7 +163,7 @@ def test_env_registered_in_main_script(tmp_path: Path) -> None:
         import gymnasium as gym
         import numpy as np
         from gymnasium import spaces
-        from envmgr.make import make
+        from envmgr.managers.make import make
 
         class MainEnv(gym.Env):
             def __init__(self, fill=1.0):

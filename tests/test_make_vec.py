@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-from envmgr.make import make
+from envmgr.managers.make import make
 
 pytestmark = pytest.mark.timeout(120)
 

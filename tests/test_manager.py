@@ -69,7 +69,7 @@ from envmgr import (
     WorkerTimeoutError,
     timers,
 )
-from envmgr.shared_memory import fits_shared_memory
+from envmgr.protocol.shared_memory import fits_shared_memory
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -1039,7 +1039,7 @@ def test_the_doorbell_wake_up_is_an_empty_message_of_multiprocessing_pipes() -> 
     what ``Connection.recv_bytes`` reads as an empty message on this Python."""
     import multiprocessing as mp
 
-    from envmgr import signalling
+    from envmgr.backends.local import doorbell as signalling
 
     reader, writer = mp.Pipe(duplex=False)
     try:

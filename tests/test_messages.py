@@ -12,8 +12,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from envmgr import messages
-from envmgr.shared_memory import SharedLayout
+from envmgr.protocol import messages
+from envmgr.protocol.shared_memory import SharedLayout
 from envmgr.timers import GaugeNode, TimerNode
 
 

@@ -62,7 +62,7 @@ def _fresh_timers() -> Iterator[None]:
 
 
 def _manager(**kwargs: Any) -> Any:
-    from envmgr.backends.ray import RayEnvManager
+    from envmgr.managers.ray import RayEnvManager
 
     kwargs.setdefault("num_cpus_per_actor", 0.5)
     env_fns = kwargs.pop("env_fns", make_cartpole)
@@ -115,7 +115,7 @@ def _assert_same(a: Any, b: Any) -> None:
 @pytest.mark.timeout(60)
 def test_import_envmgr_does_not_import_ray() -> None:
     code = (
-        "import sys, envmgr, envmgr.backends, envmgr.backends.ray\n"
+        "import sys, envmgr, envmgr.backends, envmgr.managers.ray\n"
         "assert 'ray' not in sys.modules, 'ray was imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
@@ -123,7 +123,7 @@ def test_import_envmgr_does_not_import_ray() -> None:
 
 @pytest.mark.timeout(30)
 def test_missing_ray_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    from envmgr.backends.ray import RayEnvManager
+    from envmgr.managers.ray import RayEnvManager
 
     monkeypatch.setitem(sys.modules, "ray", None)  # makes `import ray` fail
     with pytest.raises(ImportError, match=r'pip install "envmgr\[ray\]"'):
@@ -134,7 +134,7 @@ _OWN_RAY_SCRIPT = """
 import json, subprocess
 import gymnasium as gym
 import ray
-from envmgr.backends.ray import RayEnvManager
+from envmgr.managers.ray import RayEnvManager
 
 envs = RayEnvManager(
     lambda: gym.make("CartPole-v1"), 1, 2, num_cpus_per_actor=0.5, address="local",
@@ -420,7 +420,8 @@ def test_close_leaves_no_actors(ray: Any) -> None:
 
 @pytest.mark.timeout(90)
 def test_killed_actor_is_detected_and_restarted(ray: Any) -> None:
-    from envmgr.backends.ray import RESTARTED_INFO_KEY, RayActorDiedError
+    from envmgr.errors import RayActorDiedError
+    from envmgr.frontend.results import RESTARTED_INFO_KEY
 
     per_actor = 3
     with _manager(n_actors=2, envs_per_actor=per_actor, max_restarts=1) as envs:
@@ -475,8 +476,7 @@ def test_killed_actor_is_detected_and_restarted(ray: Any) -> None:
 
 @pytest.mark.timeout(90)
 def test_death_without_restarts_raises_and_closes(ray: Any) -> None:
-    from envmgr.backends.ray import RayActorDiedError
-    from envmgr.errors import WorkerDiedError
+    from envmgr.errors import RayActorDiedError, WorkerDiedError
 
     envs = _manager(n_actors=2, envs_per_actor=2)  # max_restarts=0, the default
     ids = [a.actor_id for a in envs.actor_info]

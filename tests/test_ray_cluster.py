@@ -33,12 +33,9 @@ ray = pytest.importorskip(
 )
 
 from envmgr import SubprocessEnvManager, timers  # noqa: E402
-from envmgr.backends.ray import (  # noqa: E402
-    RESTARTED_INFO_KEY,
-    RayActorDiedError,
-    RayEnvManager,
-)
-from envmgr.errors import BrokenManagerError, BrokenWorkerError  # noqa: E402
+from envmgr.errors import BrokenManagerError, BrokenWorkerError, RayActorDiedError  # noqa: E402
+from envmgr.frontend.results import RESTARTED_INFO_KEY  # noqa: E402
+from envmgr.managers.ray import RayEnvManager  # noqa: E402
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -77,7 +77,7 @@ def ray_instance() -> Iterator[Any]:
 
 def blocked_ray_manager(tmp_path: Path, **kwargs: Any) -> Any:
     """2 actors x 2 envs; env 3 blocks in its 2nd step until ``tmp_path / "release"``."""
-    from envmgr.backends.ray import RayEnvManager
+    from envmgr.managers.ray import RayEnvManager
 
     fns = fault_envs.fault_env_fns(
         "hang",

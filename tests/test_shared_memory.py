@@ -14,7 +14,7 @@ from envs import dict_obs_space
 from gymnasium import spaces
 from gymnasium.vector.utils import create_empty_array
 
-from envmgr.shared_memory import (
+from envmgr.protocol.shared_memory import (
     SEGMENT_PREFIX,
     SharedBuffers,
     SharedLayout,
@@ -204,7 +204,7 @@ def test_holding_a_view_after_close_does_not_crash(run_python: Any, side: str) -
         import os
         import numpy as np
         from gymnasium import spaces
-        from envmgr.shared_memory import SharedBuffers
+        from envmgr.protocol.shared_memory import SharedBuffers
 
         owner = SharedBuffers.create(spaces.Box(0, 1, (3,)), spaces.Discrete(2), 2)
         owner.observations[:] = 0.5
@@ -241,7 +241,7 @@ def test_space_helper_sanity() -> None:
 def test_copy_tree_copies_row_and_column_major_batches_exactly(rows: int, order: str) -> None:
     """A vectorized env's batch may be column-major (CartPole's ``state.T``); from 1,024
     rows it is copied a column at a time: the values, dtype cast included, are the same."""
-    from envmgr.batching import copy_tree
+    from envmgr.protocol.trees import copy_tree
 
     src = np.asarray(np.random.default_rng(0).random((rows, 4)), order=order)  # type: ignore[call-overload]
     dst = np.zeros((rows, 4), dtype=np.float32)

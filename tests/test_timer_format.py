@@ -1,4 +1,4 @@
-"""The views of a timer tree in envmgr.timer_format and envmgr.timer_plot, on hand-built trees
+"""The views of a timer tree in envmgr.timers.format and envmgr.timers.plot, on hand-built trees
 (exact numbers) and on a hand-written ML-Agents-style timers.json (tests/data)."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from envmgr.timer_format import (
+from envmgr.timers import TimerStack, hierarchical_timer
+from envmgr.timers.format import (
     TimerTreeError,
     check_tree,
     folded_stacks,
@@ -21,7 +22,6 @@ from envmgr.timer_format import (
     load_tree,
     worker_summary,
 )
-from envmgr.timers import TimerStack, hierarchical_timer
 
 DATA = Path(__file__).resolve().parent / "data"
 MLAGENTS = DATA / "mlagents_timers.json"
@@ -496,7 +496,7 @@ def test_check_tree_rejects_non_trees() -> None:
 
 def test_plot_icicle_writes_png(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
-    from envmgr.timer_plot import plot_icicle
+    from envmgr.timers.plot import plot_icicle
 
     for name, tree in (("hand", hand_tree()), ("mlagents", load_tree(MLAGENTS))):
         out = tmp_path / f"{name}.png"
@@ -506,7 +506,7 @@ def test_plot_icicle_writes_png(tmp_path: Path) -> None:
 
 
 def test_plot_icicle_parallel_children_fit_their_parent() -> None:
-    from envmgr.timer_plot import _layout
+    from envmgr.timers.plot import _layout
 
     boxes = _layout(hand_tree(), None, 0.0, keep_worker_root=False)
     by_name = {b.name: b for b in boxes if b.name in ("workers", "worker_0", "worker_1")}
@@ -527,7 +527,7 @@ def test_plot_icicle_parallel_children_fit_their_parent() -> None:
 def test_plot_icicle_without_matplotlib_names_the_extra(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from envmgr.timer_plot import plot_icicle
+    from envmgr.timers.plot import plot_icicle
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     with pytest.raises(ImportError, match=r'pip install "envmgr\[plot\]"'):

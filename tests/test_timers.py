@@ -44,9 +44,9 @@ needs_fork = pytest.mark.skipif(not hasattr(os, "fork"), reason="requires os.for
 def _isolate() -> Iterator[None]:
     # Tests share the main thread's default stack and the global hook list.
     reset_timers()
-    saved_hooks = list(timers._flush_hooks)
+    saved_hooks = list(timers.tree._flush_hooks)
     yield
-    timers._flush_hooks[:] = saved_hooks
+    timers.tree._flush_hooks[:] = saved_hooks
     reset_timers()
 
 
@@ -566,7 +566,7 @@ def test_bound_method_hook_is_held_weakly() -> None:
         def flush(self, stack: TimerStack) -> None:
             self.flushes += 1
 
-    baseline = len(timers._flush_hooks)
+    baseline = len(timers.tree._flush_hooks)
     manager = Manager()
     register_flush_hook(manager.flush)
     get_timer_tree()
@@ -577,7 +577,7 @@ def test_bound_method_hook_is_held_weakly() -> None:
     gc.collect()
     assert manager_ref() is None
     get_timer_tree()  # must not fail, and prunes the dead entry
-    assert len(timers._flush_hooks) == baseline
+    assert len(timers.tree._flush_hooks) == baseline
 
 
 def test_plain_function_hook_is_held_strongly() -> None:
@@ -636,7 +636,7 @@ def _child_report() -> dict[str, Any]:
         "children": sorted(stack.root.children),
         "depth": len(stack.stack),
         "gauges": sorted(stack.gauges),
-        "hooks": len(timers._flush_hooks),
+        "hooks": len(timers.tree._flush_hooks),
     }
     with hierarchical_timer("in_child"):
         pass
@@ -683,7 +683,7 @@ def test_forked_child_starts_with_empty_stack_and_no_hooks() -> None:
 def _mp_worker(conn: Any) -> None:
     with hierarchical_timer("worker_step"):
         pass
-    conn.send((sorted(get_timer_root().children), len(timers._flush_hooks), get_timer_root()))
+    conn.send((sorted(get_timer_root().children), len(timers.tree._flush_hooks), get_timer_root()))
     conn.close()
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from envmgr.timer_format import load_tree
+from envmgr.timers.format import load_tree
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -17,7 +17,7 @@ from gymnasium import spaces
 from gymnasium.vector.utils import batch_space
 
 import envmgr
-from envmgr.validation import ActionChecker
+from envmgr.frontend.validation import ActionChecker
 
 N, EPW = 6, 2  # envs 0-1 on worker 0, 2-3 on worker 1, 4-5 on worker 2
 
@@ -298,7 +298,7 @@ def test_discrete_range_check_for_every_integer_dtype(dtype: str, start: int) ->
 
 
 def test_whole_groups_accepts_whole_groups_in_any_order() -> None:
-    from envmgr.layout import Layout
+    from envmgr.protocol.layout import Layout
 
     layout = Layout.split(6, 3)
     ids, groups = layout.whole_groups([5, 4, 0, 1], "workers")
@@ -321,7 +321,7 @@ def test_whole_groups_accepts_whole_groups_in_any_order() -> None:
     ],
 )
 def test_whole_groups_rejects_ids_naming_the_problem(env_ids: list[int], pattern: str) -> None:
-    from envmgr.layout import Layout
+    from envmgr.protocol.layout import Layout
 
     with pytest.raises(ValueError, match=pattern):
         Layout.split(6, 3).whole_groups(env_ids, "workers")
@@ -451,7 +451,7 @@ def test_check_env_fns_accepts_factories() -> None:
 
     import gymnasium as gym
 
-    from envmgr.validation import check_env_fns
+    from envmgr.managers.arguments import check_env_fns
 
     def factory() -> gym.Env:  # type: ignore[type-arg]
         return gym.make("CartPole-v1")
@@ -466,7 +466,7 @@ def test_check_env_fns_accepts_factories() -> None:
 def test_check_env_fns_refuses_instances_with_a_factory_hint() -> None:
     import gymnasium as gym
 
-    from envmgr.validation import check_env_fns
+    from envmgr.managers.arguments import check_env_fns
 
     env = gym.make("CartPole-v1")
     try:
@@ -507,7 +507,7 @@ MANAGER_WIRED = any(
 
 @pytest.mark.skipif(
     not MANAGER_WIRED,
-    reason="SubprocessEnvManager does not call envmgr.validation.check_env_fns yet "
+    reason="SubprocessEnvManager does not call envmgr.frontend.validation.check_env_fns yet "
     "(wired in at the merge with the refactor branch)",
 )
 @pytest.mark.timeout(60)

@@ -49,10 +49,10 @@ from stable_baselines3.common.vec_env.base_vec_env import (
     VecEnvStepReturn,
 )
 
-from envmgr.batching import RESTARTED_INFO_KEY
+from envmgr.frontend.results import RESTARTED_INFO_KEY
 from envmgr.integrations import _sb3_env as remote
 from envmgr.integrations._sb3_env import INFO_KEY, ShimFactory
-from envmgr.manager import SubprocessEnvManager
+from envmgr.managers.local import SubprocessEnvManager
 
 __all__ = ["EnvmgrVecEnv"]
 
@@ -144,7 +144,8 @@ class EnvmgrVecEnv(VecEnv):
         if any(self._options):
             options = {INFO_KEY: tuple(self._options)}  # each shim takes its own
         obs, infos = self.manager.reset(seed=list(self._seeds), options=options)
-        self.reset_infos = [{} for _ in range(self.num_envs)]
+        reset_infos: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
+        self.reset_infos = reset_infos
         for i in _rows(infos, INFO_KEY):
             self.reset_infos[i] = infos[INFO_KEY][i].value
         # Seeds and options are used once, as in SB3.

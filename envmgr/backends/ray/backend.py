@@ -1,0 +1,327 @@
+"""The Ray backend: one actor per group, commands as actor calls, one ``ray.wait`` loop.
+
+Data flow of one step::
+
+    post_step: each actor's rows of the actions -> actor.run.remote(Step)  (one call per actor)
+    wait:      ray.wait on the calls' refs; each answer's arrays (observations,
+               rewards, flags) are copied into the driver's batch arrays at the
+               actor's rows; a RayError means the actor is lost (RayActorDiedError),
+               a passed deadline that it overran (WorkerTimeoutError)
+
+The actor (:mod:`envmgr.backends.ray.actor`) serves commands with the same
+:class:`~envmgr.envside.group.EnvGroup` a worker process uses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from time import monotonic
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from envmgr.backends.base import Lost, Waited, group_shares, remote_exception
+from envmgr.backends.ray.actor import actor_class, pack, unpack
+from envmgr.envside.serve import error_response
+from envmgr.errors import RayActorDiedError, RemoteTraceback, WorkerDiedError, WorkerTimeoutError
+from envmgr.protocol.layout import Layout
+from envmgr.protocol.messages import Command, ErrorResponse, Ready, Step, StepResponse
+from envmgr.protocol.shared_memory import SharedBuffers
+from envmgr.protocol.trees import scatter_tree
+
+__all__ = ["RayBackend", "RayActorDiedError", "ActorInfo"]
+
+
+@dataclass
+class ActorInfo:
+    """Where one actor of the manager runs.
+
+    Attributes:
+        index: The actor's index in the manager.
+        envs: Global indices of its envs.
+        node_id: Ray node id (hex).
+        node_ip: The node's IP address.
+        pid: The actor's process id.
+        actor_id: Ray actor id (hex).
+        restarts: How many times it was replaced.
+    """
+
+    index: int
+    envs: range
+    node_id: str = ""
+    node_ip: str = ""
+    pid: int = 0
+    actor_id: str = ""
+    restarts: int = 0
+
+    @property
+    def timer_name(self) -> str:
+        return f"actor_{self.index}@{self.node_ip}"
+
+
+class RayBackend:
+    """Actors over Ray (see the module docstring).
+
+    Args:
+        ray: The ``ray`` module.
+        layout: The groups.
+        payloads: Each group's cloudpickled :class:`~envmgr.envside.group.GroupSpec`.
+        actor_opts: ``.options(...)`` per actor.
+        start_timeout: Seconds to place and start an actor.
+        close_timeout: Seconds :meth:`shutdown` waits for actors to close their envs.
+        get_timeout: Seconds to fetch an answer ``ray.wait`` said was ready.
+    """
+
+    def __init__(
+        self,
+        ray: Any,
+        layout: Layout,
+        payloads: list[bytes],
+        actor_opts: list[dict[str, Any]],
+        *,
+        start_timeout: float | None,
+        close_timeout: float,
+        get_timeout: float,
+    ) -> None:
+        self.ray = ray
+        self.layout = layout
+        self._payloads = payloads
+        self._opts = actor_opts
+        self.start_timeout = start_timeout
+        self.close_timeout = close_timeout
+        self.get_timeout = get_timeout
+        self.actors: list[Any] = []
+        self.actor_info = [ActorInfo(g, layout.range(g)) for g in range(layout.n_groups)]
+        self.buffers: SharedBuffers | None = None
+        self._calls: dict[int, tuple[int, Any]] = {}  # group -> (seq, ref) of its call
+
+    # ================================================================ names
+
+    def where(self, g: int) -> str:
+        where = self.layout.where("ray actor", g)
+        info = self.actor_info[g]
+        if info.node_ip:
+            where += f" on node {info.node_ip} (node id {info.node_id[:12]}, pid {info.pid})"
+        return where
+
+    def timer_name(self, g: int) -> str:
+        return self.actor_info[g].timer_name
+
+    # ================================================================ start-up
+
+    def _new_actor(self, g: int) -> Any:
+        return actor_class(self.ray).options(**self._opts[g]).remote(self._payloads[g])
+
+    def start(self) -> list[Ready]:
+        ray = self.ray
+        self.actors = [self._new_actor(g) for g in range(self.layout.n_groups)]
+        refs = [a.start.remote() for a in self.actors]
+        _, not_ready = ray.wait(refs, num_returns=len(refs), timeout=self.start_timeout)
+        if not_ready:
+            g = refs.index(not_ready[0])
+            raise WorkerTimeoutError(
+                f"{self.where(g)} did not start within {self.start_timeout} s: could it be "
+                f"placed? It asks for {self._opts[g]}; the cluster has "
+                f"{ray.available_resources()} free",
+                g,
+                self.layout.range(g),
+            )
+        return [self._started(g, ref) for g, ref in enumerate(refs)]
+
+    def _started(self, g: int, ref: Any) -> Ready:
+        try:
+            answer, node_id, node_ip = self.ray.get(ref, timeout=self.get_timeout)
+        except self.ray.exceptions.RayError as err:
+            raise self._died(g, "start", err).failure from err
+        info = self.actor_info[g]
+        info.node_id, info.node_ip = node_id, node_ip
+        try:
+            info.actor_id = self.actors[g]._actor_id.hex()
+        except Exception:
+            info.actor_id = ""
+        if isinstance(answer, ErrorResponse):
+            exc = remote_exception(answer, self.where(g), self.layout.range(g))
+            raise exc from RemoteTraceback(answer.traceback)
+        info.pid = answer.pid
+        return answer  # type: ignore[no-any-return]
+
+    def attach(self, observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> Any:
+        """The driver's private batch arrays; answers are copied in at each actor's rows."""
+        layout = self.layout
+        spaces = (observation_space, action_space)
+        self.buffers = SharedBuffers.private(*spaces, layout.num_envs, layout.n_groups)
+        return self.buffers
+
+    # ================================================================ commands
+
+    def post(self, commands: Mapping[int, Command]) -> None:
+        for g, cmd in commands.items():
+            size_of = getattr(cmd, "actions", None)
+            self._calls[g] = (cmd.seq, self.actors[g].run.remote(pack(cmd, size_of)))
+
+    def post_step(
+        self, groups: Sequence[int], seq: int, ship: bool, actions: Any, ids: np.ndarray | None
+    ) -> None:
+        assert self.buffers is not None
+        shares = group_shares(self.buffers.layout.action_space, actions, self.layout, groups, ids)
+        self.post({g: Step(seq, ship, shares[g]) for g in groups})
+
+    # ================================================================ waiting
+
+    def wait(
+        self, seqs: Mapping[int, int], timeout: float | None, need: int | None, phase: str
+    ) -> Waited:
+        ray = self.ray
+        deadline = None if timeout is None else monotonic() + timeout
+        want = len(seqs) if need is None else min(need, len(seqs))
+        got = Waited()
+        waiting = {self._calls[g][1]: g for g in seqs}
+        while waiting and len(got.answers) + len(got.lost) + len(got.errors) < want:
+            left = None if deadline is None else max(0.0, deadline - monotonic())
+            todo = want - len(got.answers) - len(got.lost) - len(got.errors)
+            ready, _ = ray.wait(list(waiting), num_returns=min(todo, len(waiting)), timeout=left)
+            if not ready:  # the deadline passed: the oldest calls overran it
+                late = sorted(waiting.items(), key=lambda item: (seqs[item[1]], item[1]))
+                for ref, g in late[:todo]:
+                    del waiting[ref]
+                    reason = f"did not answer {phase} within {timeout} s"
+                    failure = WorkerTimeoutError(
+                        f"{self.where(g)} {reason}", g, self.layout.range(g)
+                    )
+                    got.lost[g] = Lost(reason, failure)
+                break
+            for ref in ready:
+                g = waiting.pop(ref)
+                self._fetch(g, ref, seqs[g], phase, got)
+        for g in list(got.answers) + list(got.lost) + [e.worker_index for e in got.errors]:
+            self._calls.pop(g, None)
+        return got
+
+    def wait_step(self, seq: int, timeout: float | None) -> Waited:
+        """:meth:`wait` for batch step ``seq`` of every actor (answers always carry the rows)."""
+        return self.wait(dict.fromkeys(range(self.layout.n_groups), seq), timeout, None, "step")
+
+    def ready(self, seqs: Mapping[int, int], need: int) -> list[int] | None:
+        """Answers arrive as objects to fetch: always the general :meth:`wait`."""
+        return None
+
+    def _fetch(self, g: int, ref: Any, seq: int, phase: str, got: Waited) -> None:
+        exceptions = self.ray.exceptions
+        try:
+            answer = unpack(self.ray.get(ref, timeout=self.get_timeout))
+        except exceptions.RayTaskError as err:  # the actor's method itself failed
+            cause = getattr(err, "cause", None) or err
+            got.errors.append(error_response(g, seq, None, phase, cause))
+            return
+        except exceptions.RayError as err:
+            # RayActorError (ActorDiedError, ActorUnavailableError), a lost node or
+            # result object, a crashed worker: the actor is gone.
+            got.lost[g] = self._died(g, phase, err)
+            return
+        if isinstance(answer, ErrorResponse):
+            got.errors.append(answer)
+            return
+        if isinstance(answer, StepResponse) and answer.arrays is not None:
+            self._store(g, answer.arrays)
+        got.answers[g] = answer
+
+    def _store(self, g: int, arrays: tuple[Any, ...]) -> None:
+        """Copy an actor's rows of the batch into the driver's batch arrays."""
+        buffers = self.buffers
+        assert buffers is not None
+        r = self.layout.range(g)
+        rows = slice(r.start, r.stop)
+        obs, rewards, terms, truncs, seconds, steps = arrays
+        if obs is not None and buffers.observations is not None:
+            scatter_tree(buffers.observations, rows, obs)
+        buffers.rewards[rows] = rewards
+        buffers.terminations[rows] = terms
+        buffers.truncations[rows] = truncs
+        if seconds is not None:
+            buffers.env_seconds[rows] = seconds
+            buffers.env_steps[rows] = steps
+
+    def _died(self, g: int, phase: str, err: BaseException) -> Lost:
+        info = self.actor_info[g]
+        lines = [ln.strip() for ln in str(err).splitlines()]
+        # Ray's message: a headline, tab-indented fields, then the cause.
+        reason = (
+            " ".join(ln for ln in lines if ln and ":" not in ln.split(" ", 1)[0])
+            or type(err).__name__
+        )
+        node_alive = self._node_alive(info.node_id) if info.node_id else None
+        if "node has died" in str(err) or isinstance(err, self.ray.exceptions.NodeDiedError):
+            node_alive = False  # Ray said so before its node table caught up
+        how = "was lost with its node" if node_alive is False else "died"
+        what = f"{how} during {phase}: {reason}"
+        failure = RayActorDiedError(
+            f"{self.where(g)} {what}",
+            g,
+            self.layout.range(g),
+            node_ip=info.node_ip or None,
+            node_id=info.node_id or None,
+            actor_id=info.actor_id or getattr(err, "actor_id", None),
+            pid=info.pid or None,
+            node_alive=node_alive,
+            reason=reason,
+        )
+        return Lost(what, failure)
+
+    def _node_alive(self, node_id: str) -> bool | None:
+        try:
+            for n in self.ray.nodes():
+                if n.get("NodeID") == node_id:
+                    return bool(n.get("Alive"))
+        except Exception:
+            return None
+        return None
+
+    # ================================================================ replacing
+
+    def replace(self, g: int, timeout: float | None) -> Ready | Lost:
+        ray = self.ray
+        self._calls.pop(g, None)
+        try:
+            ray.kill(self.actors[g], no_restart=True)
+        except Exception:
+            pass
+        self.actor_info[g].restarts += 1
+        self.actors[g] = self._new_actor(g)
+        ref = self.actors[g].start.remote()
+        ready, _ = ray.wait([ref], timeout=timeout)
+        if not ready:
+            reason = f"did not start within {timeout} s"
+            return Lost(
+                reason, WorkerTimeoutError(f"{self.where(g)} {reason}", g, self.layout.range(g))
+            )
+        try:
+            return self._started(g, ref)
+        except WorkerDiedError as exc:
+            return Lost(str(exc), exc)
+
+    def abandon(self, g: int, why: str) -> bool:
+        # Where Ray was when the interrupt came (an actor created or not, its start
+        # call sent or not) is not known here: the manager breaks, as it always did.
+        return False
+
+    # ================================================================ shutdown
+
+    def shutdown(self, graceful: bool) -> None:
+        ray = self.ray
+        actors, self.actors = self.actors, []
+        self._calls.clear()
+        if actors and ray.is_initialized():
+            if graceful:
+                try:
+                    refs = [a.close.remote() for a in actors]
+                    ray.wait(refs, num_returns=len(refs), timeout=self.close_timeout)
+                except Exception:
+                    pass
+            for a in actors:
+                try:
+                    ray.kill(a, no_restart=True)
+                except Exception:
+                    pass
+        self.buffers = None

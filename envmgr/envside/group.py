@@ -1,0 +1,264 @@
+"""The env-side stepper: one worker's (or actor's) envs, stepped as a batch, with no IPC.
+
+An :class:`EnvGroup` owns the envs of one group and carries out the commands of
+:mod:`envmgr.protocol.messages` on them: build, step with autoreset, reset (seeds,
+options, mask), call, set_attr, apply, per-env step times and the group's
+timers. It writes each batch of results into ``views`` (its rows of the batch
+arrays: shared memory in a worker process, private arrays in a Ray actor) and
+knows nothing of pipes or Ray. :func:`envmgr.envside.serve.serve` turns one command
+into one answer::
+
+    command (messages.Step/Reset/Call/...)            answer (StepResponse/CallResponse/Ack)
+          |                                                   ^
+          v                                                   |
+    serve(group, cmd) --> group.step(actions) --> views: obs, rewards, terminations, truncations
+                                                  infos, timers --> StepResponse
+
+:func:`envmgr.backends.local.worker.worker_main` (a process) and the Ray actor
+(:mod:`envmgr.backends.ray.actor`) are thin wrappers: they receive a command,
+call :func:`~envmgr.envside.serve.serve`, and send its answer back.
+
+Two kinds of group: :class:`~envmgr.envside.single_group.SingleEnvGroup` (one
+``gymnasium.Env`` per slot, stepped in a loop, autoreset done here) and
+:class:`~envmgr.envside.vector_group.VectorEnvGroup` (one hosted
+``gymnasium.vector.VectorEnv`` owning all the group's envs: one ``step`` call
+per batch, autoreset done by the hosted env).
+"""
+
+from __future__ import annotations
+
+import pickle
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+
+from envmgr import timers as timer_module
+from envmgr.protocol.messages import (
+    Ready,
+)
+from envmgr.protocol.trees import copy_tree, unbatch_infos
+from envmgr.timers import GaugeNode, TimerNode
+
+__all__ = [
+    "GroupSpec",
+    "EnvGroup",
+    "BuildFailed",
+    "unbatched",
+    "write_batch",
+]
+
+# Autoreset modes, by gymnasium.vector.AutoresetMode value.
+_NEXT_STEP, _SAME_STEP, _DISABLED = "NextStep", "SameStep", "Disabled"
+
+Infos = list[tuple[int, dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """What a group is built from; travels to its process with cloudpickle.
+
+    Attributes:
+        index: The group's index in the manager.
+        offset: Global index of its first env.
+        size: Number of envs.
+        autoreset_mode: Gymnasium autoreset mode value (single envs only).
+        env_fns: One zero-argument factory per env (a :class:`SingleEnvGroup`), or
+        vector_fn: ``fn(size) -> VectorEnv`` (a :class:`VectorEnvGroup`).
+    """
+
+    index: int
+    offset: int
+    size: int
+    autoreset_mode: str
+    env_fns: tuple[Callable[[], gym.Env[Any, Any]], ...] | None = None
+    vector_fn: Callable[[int], gym.vector.VectorEnv] | None = None  # type: ignore[type-arg]
+
+
+class BuildFailed(Exception):
+    """A group could not be built; ``env`` is the local index of the env that failed."""
+
+    def __init__(self, env: int | None, exc: BaseException) -> None:
+        super().__init__(str(exc))
+        self.env = env
+        self.exc = exc
+
+
+class GroupTimers:
+    """The group's timer nodes, fetched once per shipped tree, not per step.
+
+    They live on the thread's default stack (reset by :func:`build_group`), so
+    timers and gauges that env code sets through :mod:`envmgr.timers` ship with
+    the group's tree (nested under the ``step`` / ``reset`` node open while the
+    env runs). Env calls are timed with two ``perf_counter`` reads added straight
+    into the nodes: a context manager per env would cost more than a CartPole step.
+
+    Attributes:
+        calls: Steps and resets served since the last shipment; a shipped root's
+            ``count``, so a worker node's count is its number of calls (as the
+            parent's ``workers`` node above it counts them), not of shipments.
+    """
+
+    def __init__(self) -> None:
+        self.stack = timer_module.get_default_stack()
+        self.calls = 0
+        self._bind()
+
+    def _bind(self) -> None:
+        root = self.stack.root
+        self.wait = root.get_child("wait_command")
+        self.step = root.get_child("step")
+        self.step_env = self.step.get_child("env.step")
+        self.step_autoreset = self.step.get_child("env.reset")
+        self.reset = root.get_child("reset")
+        self.reset_env = self.reset.get_child("env.reset")
+        self.send = root.get_child("send_response")
+
+    def take(self) -> tuple[TimerNode, dict[str, GaugeNode]]:
+        """The tree and gauges accumulated since the last call; then start afresh."""
+        timer_module.get_timer_root(self.stack)  # pulls in a hosted manager's unshipped timings
+        root = self.stack.get_root()
+        root.count = self.calls
+        gauges = dict(self.stack.gauges)
+        self.restart()
+        return root, gauges
+
+    def restart(self) -> None:
+        """Drop what was timed so far and start the clock afresh."""
+        self.stack.reset()
+        self.calls = 0
+        self._bind()
+
+
+class EnvGroup(ABC):
+    """The envs of one group and what can be done to them.
+
+    Subclasses build their envs in ``__init__`` (raising :class:`BuildFailed`) and
+    set the spaces, ``metadata``, ``render_mode`` and ``env_spec``.
+    """
+
+    single_observation_space: gym.Space[Any]
+    single_action_space: gym.Space[Any]
+    metadata: dict[str, Any]
+    render_mode: str | None
+    env_spec: Any
+    #: Local index of the env running when an exception was raised, if known.
+    current_env: int | None = None
+
+    def __init__(self, spec: GroupSpec) -> None:
+        self.spec = spec
+        self.index = spec.index
+        self.offset = spec.offset
+        self.n = spec.size
+        self.timers = GroupTimers()
+        self.views: dict[str, Any] = {}
+        self.shared_obs = False
+        self.env_sec = [0.0] * self.n
+        self.env_cnt = [0] * self.n
+
+    def attach(self, views: dict[str, Any]) -> None:
+        """Write results into ``views`` from now on (this group's rows of the batch arrays)."""
+        self.views = views
+        #: The observations go into ``views`` (their space has a fixed shape).
+        self.shared_obs = views.get("observations") is not None
+
+    def ready(self, pid: int) -> Ready:
+        """The start-up answer: spaces, metadata, a spec plain ``pickle`` can carry, and
+        the start-up's timer tree (its own node in the parent, not charged to the first
+        command); the group's clock then starts afresh."""
+        self.timers.calls = 1  # the start-up, one call
+        root, gauges = self.timers.take()
+        spec = self.env_spec
+        try:
+            pickle.dumps(spec)
+        except Exception:
+            spec = None  # only cloudpickle could carry it; the parent uses it for its repr alone
+        return Ready(
+            self.index,
+            pid,
+            self.single_observation_space,
+            self.single_action_space,
+            dict(self.metadata),
+            self.render_mode,
+            spec,
+            root,
+            gauges,
+        )
+
+    @abstractmethod
+    def step(self, actions: Any) -> Infos:
+        """Step every env with its row of ``actions``; results go to ``views``."""
+
+    @abstractmethod
+    def reset(
+        self,
+        seeds: Sequence[int | None],
+        options: dict[str, Any] | None,
+        mask: Sequence[bool] | None,
+        autoreset_next: bool = False,
+    ) -> Infos:
+        """Reset the envs (those in ``mask``); observations go to ``views``."""
+
+    @abstractmethod
+    def call(
+        self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], ids: Sequence[int] | None
+    ) -> tuple[Any, ...]:
+        """Call method ``name`` (or read attribute ``name``) of the envs ``ids`` (local)."""
+
+    @abstractmethod
+    def set_attr(self, name: str, values: Sequence[Any], ids: Sequence[int] | None) -> None:
+        """Set attribute ``name`` of the envs ``ids``, one value each."""
+
+    @abstractmethod
+    def apply(
+        self,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        ids: Sequence[int] | None,
+    ) -> tuple[Any, ...]:
+        """``fn(env, *args, **kwargs)`` for each env ``ids``."""
+
+    @abstractmethod
+    def observations(self) -> tuple[Any, ...]:
+        """The latest observation of each env, for a space without a fixed shape."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Close every env once, ignoring errors from ``close``."""
+
+    def take_timers(self) -> tuple[TimerNode, dict[str, GaugeNode]]:
+        """The group's tree since the last shipment; publishes the per-env step times too."""
+        if self.views:
+            self._publish_env_times(self.views)
+        return self.timers.take()
+
+    def _publish_env_times(self, views: dict[str, Any]) -> None:
+        views["env_seconds"][:] = self.env_sec
+        views["env_steps"][:] = self.env_cnt
+
+    def _publish(self, rewards: Any, terms: Any, truncs: Any) -> None:
+        views = self.views
+        views["rewards"][:] = rewards
+        views["terminations"][:] = terms
+        views["truncations"][:] = truncs
+
+    def _ids(self, ids: Sequence[int] | None) -> Sequence[int]:
+        return range(self.n) if ids is None else ids
+
+
+# =============================================================================== single envs
+
+
+def unbatched(infos: dict[str, Any], n: int) -> Infos:
+    """A vector info dict as ``(local index, info)`` pairs of the envs that have one."""
+    if not infos:
+        return []
+    return [(i, info) for i, info in enumerate(unbatch_infos(infos, n)) if info]
+
+
+def write_batch(views: dict[str, Any], obs: Any) -> None:
+    """Copy a batch of observations into the views (one copy per field)."""
+    copy_tree(views["observations"], obs)

@@ -1,0 +1,275 @@
+"""Single envs, one per slot, stepped in a loop with autoreset done here."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from time import perf_counter
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector.utils import batch_space, iterate
+
+from envmgr.envside.group import (
+    _DISABLED,
+    _NEXT_STEP,
+    _SAME_STEP,
+    BuildFailed,
+    EnvGroup,
+    GroupSpec,
+    Infos,
+)
+from envmgr.protocol.trees import tree_map
+
+__all__ = ["SingleEnvGroup"]
+
+
+class SingleEnvGroup(EnvGroup):
+    """One ``gymnasium.Env`` per slot, stepped in a loop; autoreset is done here."""
+
+    def __init__(self, spec: GroupSpec) -> None:
+        super().__init__(spec)
+        assert spec.env_fns is not None
+        self.envs: list[gym.Env[Any, Any]] = []
+        try:
+            for k, fn in enumerate(spec.env_fns):
+                self.current_env = k
+                env = fn()
+                self.envs.append(env)
+                for kind in ("observation_space", "action_space"):
+                    if k and getattr(env, kind) != getattr(self.envs[0], kind):
+                        raise ValueError(
+                            f"env {self.offset + k} has {kind.replace('_', ' ')} "
+                            f"{getattr(env, kind)}, "
+                            f"but env {self.offset} has {getattr(self.envs[0], kind)}"
+                        )
+        except BaseException as exc:
+            failed = self.current_env
+            self.close()
+            raise BuildFailed(failed, exc) from exc
+        self.current_env = None
+        first = self.envs[0]
+        self.single_observation_space = first.observation_space
+        self.single_action_space = first.action_space
+        self.metadata = dict(first.metadata)
+        self.render_mode = first.render_mode
+        self.env_spec = first.spec
+        self.mode = spec.autoreset_mode
+        self.autoreset = [False] * self.n
+        # Last results per env, kept between commands so a partial reset can
+        # republish the observations of the envs it did not touch.
+        self._obs: list[Any] = [None] * self.n
+        self._rew: list[Any] = [0.0] * self.n
+        self._term: list[Any] = [False] * self.n
+        self._trunc: list[Any] = [False] * self.n
+        self._discrete = isinstance(first.action_space, gym.spaces.Discrete)
+        self._batch_action_space = batch_space(first.action_space, self.n)
+        self._write_obs: Callable[[list[Any]], None] | None = None
+
+    def attach(self, views: dict[str, Any]) -> None:
+        super().attach(views)
+        obs = views.get("observations")
+        self._write_obs = None if obs is None else _make_writer(obs)
+
+    def _actions(self, actions: Any) -> Any:
+        """Per-env private copies of the group's batch of actions.
+
+        Copies, because an env may keep its action and the parent overwrites the
+        shared array on the next step. Discrete actions are the array's numpy scalars
+        (each holds its own value), as ``SyncVectorEnv`` hands them out: not Python
+        ints, which ``tolist`` would make faster but which cost the env more
+        (gymnasium's ``Discrete.contains`` looks up ``np.iinfo`` for an int: CartPole's
+        step took about 1 µs, an eighth, longer). Gymnasium's ``iterate`` splits
+        everything else exactly as ``SyncVectorEnv`` does.
+        """
+        if self._discrete and isinstance(actions, np.ndarray):
+            return list(actions)
+        if actions is self.views.get("actions"):
+            actions = tree_map(np.array, actions)  # else it came pickled: private already
+        return list(iterate(self._batch_action_space, actions))
+
+    def step(self, actions: Any) -> Infos:
+        t_start = perf_counter()
+        actions = self._actions(actions)
+        envs, mode, autoreset = self.envs, self.mode, self.autoreset
+        obs_list, rewards, terms, truncs = self._obs, self._rew, self._term, self._trunc
+        env_sec, env_cnt = self.env_sec, self.env_cnt
+        infos: Infos = []
+        t_env = t_reset = 0.0
+        n_resets = 0
+        i = 0
+        # Results go into plain lists and are written to the views once per batch:
+        # one numpy assignment per array instead of one per env. The loop body is
+        # kept lean on purpose: it runs once per env step.
+        try:
+            for i in range(self.n):
+                env = envs[i]
+                if autoreset[i]:
+                    if mode == _NEXT_STEP:
+                        t0 = perf_counter()
+                        obs, info = env.reset()
+                        t_reset += perf_counter() - t0
+                        n_resets += 1
+                        obs_list[i], rewards[i], terms[i], truncs[i] = obs, 0.0, False, False
+                        autoreset[i] = False
+                        if info:
+                            infos.append((i, info))
+                        continue
+                    if mode == _DISABLED:
+                        raise RuntimeError(
+                            f"env {self.offset + i} finished its episode and autoreset_mode "
+                            "is 'Disabled': reset it (reset(options={'reset_mask': ...})) "
+                            "before stepping it again"
+                        )
+                t0 = perf_counter()
+                obs, reward, term, trunc, info = env.step(actions[i])
+                dt = perf_counter() - t0
+                t_env += dt
+                env_sec[i] += dt
+                env_cnt[i] += 1
+                if (term or trunc) and mode == _SAME_STEP:
+                    t0 = perf_counter()
+                    final = {"final_obs": obs, "final_info": info}
+                    obs, info = env.reset()
+                    info = {**info, **final} if info else final
+                    t_reset += perf_counter() - t0
+                    n_resets += 1
+                    done = False
+                else:
+                    done = term or trunc
+                obs_list[i], rewards[i], terms[i], truncs[i] = obs, reward, term, trunc
+                autoreset[i] = done
+                if info:
+                    infos.append((i, info))
+        except BaseException:
+            self.current_env = i
+            raise
+        self._publish_all()
+        t = self.timers
+        t.step_env.add_time(t_env, self.n - n_resets if mode == _NEXT_STEP else self.n)
+        if n_resets:
+            t.step_autoreset.add_time(t_reset, n_resets)
+        t.step.add_time(perf_counter() - t_start)
+        return infos
+
+    def _publish_all(self) -> None:
+        self._publish(self._rew, self._term, self._trunc)
+        if self._write_obs is None:
+            return
+        try:
+            self._write_obs(self._obs)
+        except (ValueError, TypeError, KeyError, IndexError) as exc:
+            self._explain_bad_observation(exc)
+
+    def _explain_bad_observation(self, exc: Exception) -> None:
+        """Name the env whose observation does not fit the observation space."""
+        space = self.single_observation_space
+        for i, obs in enumerate(self._obs):
+            if obs not in space:
+                shape = getattr(obs, "shape", None)
+                self.current_env = i
+                raise ValueError(
+                    f"env {self.offset + i} returned an observation that is not in its "
+                    f"observation space {space}: got {type(obs).__name__}"
+                    + (f" of shape {shape}" if shape is not None else "")
+                    + f" ({exc})"
+                ) from exc
+        raise exc
+
+    def reset(
+        self,
+        seeds: Sequence[int | None],
+        options: dict[str, Any] | None,
+        mask: Sequence[bool] | None,
+        autoreset_next: bool = False,
+    ) -> Infos:
+        t_start = perf_counter()
+        infos: Infos = []
+        t_env = 0.0
+        count = 0
+        for i, env in enumerate(self.envs):
+            if mask is not None and not mask[i]:
+                continue  # keeps its last observation and flags, as SyncVectorEnv does
+            self.current_env = i
+            t0 = perf_counter()
+            obs, info = env.reset(seed=seeds[i], options=options)
+            t_env += perf_counter() - t0
+            count += 1
+            self._obs[i] = obs
+            self._rew[i] = 0.0
+            self._term[i] = self._trunc[i] = False
+            self.autoreset[i] = autoreset_next
+            if info:
+                infos.append((i, info))
+        self.current_env = None
+        self._publish_all()
+        self.timers.reset_env.add_time(t_env, count)
+        self.timers.reset.add_time(perf_counter() - t_start)
+        return infos
+
+    def call(
+        self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], ids: Sequence[int] | None
+    ) -> tuple[Any, ...]:
+        results = []
+        for i in self._ids(ids):
+            self.current_env = i
+            attr = self.envs[i].get_wrapper_attr(name)
+            results.append(attr(*args, **kwargs) if callable(attr) else attr)
+        self.current_env = None
+        return tuple(results)
+
+    def set_attr(self, name: str, values: Sequence[Any], ids: Sequence[int] | None) -> None:
+        for i, value in zip(self._ids(ids), values, strict=True):
+            self.current_env = i
+            self.envs[i].set_wrapper_attr(name, value)
+        self.current_env = None
+
+    def apply(
+        self,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        ids: Sequence[int] | None,
+    ) -> tuple[Any, ...]:
+        results = []
+        for i in self._ids(ids):
+            self.current_env = i
+            results.append(fn(self.envs[i], *args, **kwargs))
+        self.current_env = None
+        return tuple(results)
+
+    def observations(self) -> tuple[Any, ...]:
+        return tuple(self._obs)
+
+    def close(self) -> None:
+        for env in self.envs:
+            try:
+                env.close()
+            except Exception:
+                pass
+        self.envs = []
+
+
+def _make_writer(out: Any) -> Callable[[list[Any]], None]:
+    """A function writing a list of per-env observations into the batch views."""
+    if isinstance(out, np.ndarray):
+
+        def write(values: list[Any]) -> None:
+            out[:] = values
+
+        return write
+    if isinstance(out, dict):
+        writers = {k: _make_writer(v) for k, v in out.items()}
+
+        def write_dict(values: list[Any]) -> None:
+            for k, w in writers.items():
+                w([v[k] for v in values])
+
+        return write_dict
+    parts = [_make_writer(v) for v in out]
+
+    def write_tuple(values: list[Any]) -> None:
+        for j, w in enumerate(parts):
+            w([v[j] for v in values])
+
+    return write_tuple

@@ -1,0 +1,91 @@
+"""The keyword arguments both managers take, documented once (:class:`FrontEndOptions`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, TypedDict
+
+from gymnasium.vector import AutoresetMode, VectorEnv
+
+from envmgr.frontend.action_checks import check_mode
+
+__all__ = ["FrontEndOptions", "check_options", "DEFAULT_START_TIMEOUT", "DEFAULT_TIMER_INTERVAL"]
+
+
+#: Seconds a group may take to build its envs, by default.
+DEFAULT_START_TIMEOUT = 120.0
+#: How often groups ship their timer trees during a steady stepping loop, by default.
+DEFAULT_TIMER_INTERVAL = 1.0
+
+
+class FrontEndOptions(TypedDict, total=False):
+    """The keyword arguments both managers take, documented once.
+
+    Attributes:
+        num_envs: Total envs, with a single factory or ``vector_fn``. Any
+            ``num_envs >= n_groups`` works: group ``g`` gets ``num_envs //
+            n_groups`` envs and the first ``num_envs % n_groups`` groups one more.
+        vector_fn: Instead of ``env_fns``: ``vector_fn(k) -> gymnasium.vector.VectorEnv``
+            with ``num_envs == k``, called once in each group for its ``k`` envs (a
+            batched env hosted per worker or actor: one ``step`` call per group per
+            batch). Needs ``num_envs``.
+        copy: Return copies of the observations (default). With ``False`` they are
+            views of the batch arrays, writable as ``AsyncVectorEnv``'s, that the next
+            ``step``/``reset`` overwrites: copy what you keep.
+        autoreset_mode: Gymnasium autoreset mode; next-step by default.
+        check_actions: How actions are checked before they are sent: ``"safe"``
+            (default: structure, shape and a castable dtype, as ``AsyncVectorEnv``
+            passes actions on), ``"strict"`` (also every value against the space)
+            or ``"off"``. ``True``/``False`` mean safe/off.
+        max_restarts: How many times each group may be replaced after it dies or
+            overruns ``step_timeout``. A replaced group rebuilds its envs from their
+            factories and resets them; the step returns with those envs truncated
+            and ``infos["envmgr_restarted"]`` giving the reason. ``0`` (default): a
+            failure breaks the manager and raises; every later call raises
+            :class:`~envmgr.errors.BrokenManagerError`, caused by it.
+        restart_window: Count restarts only within this many seconds (a rate
+            limit); ``None`` counts over the manager's lifetime.
+        start_timeout: Seconds a group may take to start and build its envs.
+        timer_interval: Seconds between timer-tree shipments from the groups while
+            stepping; reads of the timer tree always pull in the rest first.
+    """
+
+    num_envs: int | None
+    vector_fn: Callable[[int], VectorEnv] | None  # type: ignore[type-arg]
+    copy: bool
+    autoreset_mode: str | AutoresetMode | None
+    check_actions: str | bool
+    max_restarts: int
+    restart_window: float | None
+    start_timeout: float | None
+    timer_interval: float
+
+
+def check_options(owner: str, options: dict[str, Any]) -> None:
+    """Refuse keyword arguments that are not :class:`FrontEndOptions`."""
+    unknown = sorted(set(options) - set(FrontEndOptions.__annotations__))
+    if "caller_envs" in unknown:
+        raise TypeError(
+            f"{owner}() does not take caller_envs=: only SubprocessEnvManager steps envs "
+            "in the calling process"
+        )
+    if unknown:
+        raise TypeError(f"{owner}() got an unexpected keyword argument {unknown[0]!r}")
+    check_mode(options.get("check_actions", "safe"))  # a bad value fails before anything starts
+
+
+def hosted_autoreset_mode(metadata: Mapping[str, Any], options: Mapping[str, Any]) -> AutoresetMode:
+    """The manager's autoreset mode when it hosts VectorEnvs: the hosted env's own.
+
+    A hosted VectorEnv autoresets itself, so an ``autoreset_mode=`` that differs from its
+    ``metadata["autoreset_mode"]`` is refused rather than silently ignored.
+    """
+    own = AutoresetMode(metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP))
+    asked = options.get("autoreset_mode")
+    if asked is not None and AutoresetMode(asked) != own:
+        raise ValueError(
+            f"autoreset_mode={AutoresetMode(asked).value!r}, but the VectorEnv that "
+            f"vector_fn builds autoresets in mode {own.value!r} (its "
+            "metadata['autoreset_mode']): drop autoreset_mode= or build the env in that mode"
+        )
+    return own

@@ -1,0 +1,279 @@
+"""One shared-memory segment per manager holding every fixed-shape batch array.
+
+The parent allocates the segment; each worker attaches by name and writes its
+own slice of the observation, reward and done arrays in place, and reads its
+slice of the action arrays. Nothing of this crosses a pipe per step.
+
+Which spaces fit: Box, Discrete, MultiDiscrete, MultiBinary, and Dict/Tuple
+nests of those. Anything else (Text, Graph, Sequence, OneOf, custom spaces) has
+no fixed shape, so its observations or actions travel pickled inside the step
+messages instead; the manager picks this per space, automatically.
+
+The batch layout is derived from gymnasium's own ``create_empty_array`` so the
+arrays a user receives have exactly the structure ``SyncVectorEnv`` returns.
+"""
+
+from __future__ import annotations
+
+import inspect
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing import resource_tracker, shared_memory
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector.utils import create_empty_array
+
+from envmgr.protocol.trees import tree_map
+
+__all__ = ["fits_shared_memory", "SharedLayout", "SharedBuffers", "tree_map", "SEGMENT_PREFIX"]
+
+#: Every segment envmgr creates is named with this prefix, so leaks are easy to spot.
+SEGMENT_PREFIX = "envmgr_"
+_ALIGN = 64  # a cache line: workers writing neighbouring arrays never share one
+_FIXED = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)
+_TRACK_PARAM = "track" in inspect.signature(shared_memory.SharedMemory).parameters
+
+
+def _register_all_but_shared_memory(
+    register: Callable[[str, str], None],
+) -> Callable[[str, str], None]:
+    def register_filtered(name: str, rtype: str) -> None:
+        if rtype != "shared_memory":
+            register(name, rtype)
+
+    return register_filtered
+
+
+def fits_shared_memory(space: gym.Space[Any]) -> bool:
+    """Whether batches of ``space`` have a fixed shape and dtype (can live in shared memory)."""
+    if isinstance(space, _FIXED):
+        return True
+    if isinstance(space, gym.spaces.Dict):
+        return all(fits_shared_memory(s) for s in space.spaces.values())
+    if isinstance(space, gym.spaces.Tuple):
+        return all(fits_shared_memory(s) for s in space.spaces)
+    return False
+
+
+def _leaves(tree: Any) -> list[np.ndarray]:
+    out: list[np.ndarray] = []
+    tree_map(out.append, tree)
+    return out
+
+
+@dataclass(frozen=True)
+class SharedLayout:
+    """What a process needs to attach to a manager's segment and rebuild its views.
+
+    Attributes:
+        name: The segment's name.
+        observation_space: Single-env observation space.
+        action_space: Single-env action space.
+        num_envs: Number of envs in the batch.
+        n_workers: Number of workers (one control row each, see
+            :mod:`envmgr.backends.local.doorbell`).
+    """
+
+    name: str
+    observation_space: gym.Space[Any]
+    action_space: gym.Space[Any]
+    num_envs: int
+    n_workers: int = 1
+
+    @property
+    def shared_observations(self) -> bool:
+        """Observations live in the segment (else they travel pickled)."""
+        return fits_shared_memory(self.observation_space)
+
+    @property
+    def shared_actions(self) -> bool:
+        """Actions live in the segment (else they travel pickled)."""
+        return fits_shared_memory(self.action_space)
+
+    def templates(self) -> dict[str, Any]:
+        """Unbacked arrays with the shape and dtype of every region, in segment order."""
+        n = self.num_envs
+        # One 64-byte row per worker plus one for the parent: the words each side
+        # polls never share a cache line with another process's writes.
+        regions: dict[str, Any] = {"control": np.empty((self.n_workers + 1, 8), dtype=np.int64)}
+        if self.shared_observations:
+            regions["observations"] = create_empty_array(self.observation_space, n, fn=np.empty)
+        if self.shared_actions:
+            regions["actions"] = create_empty_array(self.action_space, n, fn=np.empty)
+        regions["rewards"] = np.empty(n, dtype=np.float64)
+        regions["terminations"] = np.empty(n, dtype=np.bool_)
+        regions["truncations"] = np.empty(n, dtype=np.bool_)
+        # Cumulative env.step seconds per env, so per-env timing costs no tree nodes.
+        regions["env_seconds"] = np.empty(n, dtype=np.float64)
+        regions["env_steps"] = np.empty(n, dtype=np.int64)
+        return regions
+
+    def size(self) -> int:
+        """Bytes the segment needs, with every array aligned to a cache line."""
+        offset = 0
+        for leaf in _leaves(self.templates()):
+            offset = _aligned(offset) + leaf.nbytes
+        return max(_aligned(offset), _ALIGN)
+
+
+def _aligned(offset: int) -> int:
+    return (offset + _ALIGN - 1) // _ALIGN * _ALIGN
+
+
+class SharedBuffers:
+    """Numpy views over one manager segment.
+
+    Attributes:
+        layout: The layout the views follow.
+        observations: Batched observations (dict/tuple nest of arrays), or ``None``
+            when the observation space cannot live in shared memory.
+        actions: Batched actions, or ``None`` likewise.
+        rewards: ``float64[num_envs]``.
+        terminations: ``bool[num_envs]``.
+        truncations: ``bool[num_envs]``.
+        env_seconds: ``float64[num_envs]``, cumulative seconds inside ``env.step`` per env.
+        env_steps: ``int64[num_envs]``, cumulative ``env.step`` calls per env.
+        control: ``int64[n_workers + 1, 8]``, the hand-off words of
+            :mod:`envmgr.backends.local.doorbell`.
+    """
+
+    observations: Any
+    actions: Any
+    rewards: np.ndarray
+    terminations: np.ndarray
+    truncations: np.ndarray
+    env_seconds: np.ndarray
+    env_steps: np.ndarray
+    control: np.ndarray
+
+    def __init__(
+        self, layout: SharedLayout, shm: shared_memory.SharedMemory | None, owner: bool
+    ) -> None:
+        self.layout = layout
+        self._shm: shared_memory.SharedMemory | None = shm
+        self._owner = owner
+        # Views take their buffer from the mmap itself, not from ``shm.buf``: a
+        # view made from the memoryview does not stop ``shm.close()`` unmapping
+        # the memory under it (a later read would crash), whereas an export of
+        # the mmap makes close() refuse while any view is alive.
+        buf: Any
+        if shm is None:  # private memory: the same arrays for a backend without shared memory
+            buf = bytearray(layout.size())
+        else:
+            buf = getattr(shm, "_mmap", None) or shm.buf
+        offset = 0
+
+        def place(template: np.ndarray) -> np.ndarray:
+            nonlocal offset
+            offset = _aligned(offset)
+            view = np.ndarray(template.shape, template.dtype, buffer=buf, offset=offset)
+            offset += template.nbytes
+            return view
+
+        regions = {k: tree_map(place, v) for k, v in layout.templates().items()}
+        self.control = regions["control"]
+        self.observations = regions.get("observations")
+        self.actions = regions.get("actions")
+        self.rewards = regions["rewards"]
+        self.terminations = regions["terminations"]
+        self.truncations = regions["truncations"]
+        self.env_seconds = regions["env_seconds"]
+        self.env_steps = regions["env_steps"]
+        if owner:
+            for leaf in _leaves(regions):
+                leaf.fill(0)
+
+    @classmethod
+    def create(
+        cls,
+        observation_space: gym.Space[Any],
+        action_space: gym.Space[Any],
+        num_envs: int,
+        n_workers: int = 1,
+    ) -> SharedBuffers:
+        """Allocate a new segment (parent side); the caller must :meth:`close` it."""
+        draft = SharedLayout("", observation_space, action_space, num_envs, n_workers)
+        name = f"{SEGMENT_PREFIX}{secrets.token_hex(6)}"
+        shm = shared_memory.SharedMemory(name=name, create=True, size=draft.size())
+        layout = SharedLayout(shm.name, observation_space, action_space, num_envs, n_workers)
+        return cls(layout, shm, owner=True)
+
+    @classmethod
+    def private(
+        cls,
+        observation_space: gym.Space[Any],
+        action_space: gym.Space[Any],
+        num_envs: int,
+        n_workers: int = 1,
+    ) -> SharedBuffers:
+        """The same arrays in this process's own memory (a Ray driver or actor)."""
+        return cls(
+            SharedLayout("", observation_space, action_space, num_envs, n_workers), None, True
+        )
+
+    @classmethod
+    def attach(cls, layout: SharedLayout) -> SharedBuffers:
+        """Map an existing segment (worker side)."""
+        # Only the creator may track the segment. A worker that registered it too
+        # would, under fork, start a resource tracker of its own that unlinks the
+        # segment (with a "leaked" warning) when the worker exits, even while the
+        # manager still uses it.
+        if _TRACK_PARAM:  # Python >= 3.13
+            shm = shared_memory.SharedMemory(name=layout.name, create=False, track=False)  # type: ignore[call-arg]
+        else:
+            register = resource_tracker.register
+            resource_tracker.register = _register_all_but_shared_memory(register)  # type: ignore[assignment]
+            try:
+                shm = shared_memory.SharedMemory(name=layout.name, create=False)
+            finally:
+                resource_tracker.register = register  # type: ignore[assignment]
+        return cls(layout, shm, owner=False)
+
+    @property
+    def name(self) -> str:
+        """The segment's name."""
+        return self.layout.name
+
+    def slice(self, start: int, stop: int) -> dict[str, Any]:
+        """Views of envs ``start:stop`` of every region (what one worker writes)."""
+        sl = slice(start, stop)
+        out: dict[str, Any] = {
+            "rewards": self.rewards[sl],
+            "terminations": self.terminations[sl],
+            "truncations": self.truncations[sl],
+            "env_seconds": self.env_seconds[sl],
+            "env_steps": self.env_steps[sl],
+        }
+        out["observations"] = (
+            None if self.observations is None else tree_map(lambda a: a[sl], self.observations)
+        )
+        out["actions"] = None if self.actions is None else tree_map(lambda a: a[sl], self.actions)
+        return out
+
+    def close(self) -> None:
+        """Unmap the segment here and, in the process that created it, unlink its name.
+
+        Idempotent. Views handed out earlier must not be used afterwards.
+        """
+        shm, self._shm = self._shm, None
+        if shm is None:
+            return
+        self.observations = self.actions = None
+        self.rewards = self.terminations = self.truncations = np.empty(0)
+        self.env_seconds = self.env_steps = self.control = np.empty(0)
+        if self._owner:
+            try:
+                shm.unlink()
+            except FileNotFoundError:
+                pass
+        # numpy keeps a reference to the mmap, not a buffer export, so
+        # ``shm.close()`` would unmap memory that a zero-copy view still points
+        # at. Take the mmap out of the SharedMemory object instead: it is
+        # unmapped when the last array using it is garbage collected (at once,
+        # when nobody holds a view). close() then only releases the descriptor.
+        if getattr(shm, "_mmap", None) is not None:
+            shm._mmap = None  # type: ignore[attr-defined]
+        shm.close()
