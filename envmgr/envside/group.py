@@ -36,9 +36,8 @@ from typing import Any
 import gymnasium as gym
 
 from envmgr import timers as timer_module
-from envmgr.protocol.messages import (
-    Ready,
-)
+from envmgr.envside.info_writer import InfoWriter
+from envmgr.protocol.messages import Ready
 from envmgr.protocol.trees import copy_tree, unbatch_infos
 from envmgr.timers import GaugeNode, TimerNode
 
@@ -157,12 +156,16 @@ class EnvGroup(ABC):
         self.shared_obs = False
         self.env_sec = [0.0] * self.n
         self.env_cnt = [0] * self.n
+        #: Numeric info values go to columns in shared memory (else all pickle).
+        self.info_writer: InfoWriter | None = None
 
     def attach(self, views: dict[str, Any]) -> None:
         """Write results into ``views`` from now on (this group's rows of the batch arrays)."""
         self.views = views
         #: The observations go into ``views`` (their space has a fixed shape).
         self.shared_obs = views.get("observations") is not None
+        arena = views.get("info_arena")
+        self.info_writer = None if arena is None else InfoWriter(arena)
 
     def ready(self, pid: int) -> Ready:
         """The start-up answer: spaces, metadata, a spec plain ``pickle`` can carry, and

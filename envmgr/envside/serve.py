@@ -55,6 +55,8 @@ def serve(group: EnvGroup, cmd: Command, with_arrays: bool = False) -> Response 
         infos = _within(
             group, "reset", group.reset, cmd.seeds, cmd.options, cmd.mask, cmd.autoreset_next
         )
+        if group.info_writer is not None:
+            infos = group.info_writer.split(infos)
         return _answer(group, cmd.seq, infos, cmd.ship_timers, with_arrays)
     if isinstance(cmd, Call):
         return CallResponse(
@@ -93,6 +95,11 @@ def serve_step(
         infos = group.step(actions)
     finally:
         stack.pop()
+    writer = group.info_writer
+    if writer is not None:
+        infos = writer.split(infos)
+        if writer.unacked:
+            return _answer(group, seq, infos, ship_timers, with_arrays)
     if not (infos or ship_timers or with_arrays) and group.shared_obs:
         return None  # the usual step: everything is in the group's rows of the arrays
     return _answer(group, seq, infos, ship_timers, with_arrays)
@@ -114,7 +121,9 @@ def _within(group: EnvGroup, name: str, run: Callable[..., Infos], *args: Any) -
 def _answer(
     group: EnvGroup, seq: int, infos: Infos, ship_timers: bool, with_arrays: bool
 ) -> StepResponse | None:
-    if not (infos or ship_timers or with_arrays) and group.shared_obs:
+    writer = group.info_writer
+    schema = writer.schema() if writer is not None and writer.unacked else None
+    if not (infos or ship_timers or with_arrays or schema) and group.shared_obs:
         return None
     root = gauges = None
     if ship_timers:
@@ -132,7 +141,7 @@ def _answer(
             views["env_seconds"] if ship_timers else None,
             views["env_steps"] if ship_timers else None,
         )
-    return StepResponse(group.index, seq, tuple(infos), observations, root, gauges, arrays)
+    return StepResponse(group.index, seq, tuple(infos), observations, root, gauges, arrays, schema)
 
 
 def error_response(

@@ -13,6 +13,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector.utils import concatenate, create_empty_array
 
+from envmgr.frontend.infos import InfoColumns, merge, merge_pairs
 from envmgr.protocol.layout import Layout
 from envmgr.protocol.trees import rows_of_info, tree_map
 
@@ -27,8 +28,9 @@ class BatchReader:
 
     Observations come from the arrays when their space has a fixed shape, else
     from the groups' answers (``StepResponse.observations``, one per env); infos
-    are the answers' per-env infos merged the Gymnasium way, plus the restart
-    note of every env of a replaced group (built here, for both backends).
+    are the groups' info columns and the answers' pickled per-env infos merged the
+    Gymnasium way (:mod:`envmgr.frontend.infos`), plus the restart note of every env
+    of a replaced group (built here, for both backends).
 
     Args:
         buffers: The batch arrays (``SharedBuffers``: shared or private memory).
@@ -57,6 +59,7 @@ class BatchReader:
         self.space = space
         self.copy = copy
         self.add_info = add_info
+        self.columns = InfoColumns(buffers.info_arena, layout)
         self.per_env: list[Any] | None = None
         self.views: Any
         if buffers.observations is not None:
@@ -81,7 +84,8 @@ class BatchReader:
             obs = views.copy()
         else:
             obs = tree_map(np.ndarray.copy, views)
-        return obs, b.rewards.copy(), b.terminations.copy(), b.truncations.copy(), {}
+        infos = self._column_infos(None)
+        return obs, b.rewards.copy(), b.terminations.copy(), b.truncations.copy(), infos
 
     def read_groups(
         self, groups: list[int]
@@ -104,7 +108,15 @@ class BatchReader:
             ids = np.concatenate([self._rows[g][1] for g in sorted(groups)])
             obs = tree_map(lambda a: a[ids], self.views)  # fancy indexing copies
             rewards, terms, truncs = b.rewards[ids], b.terminations[ids], b.truncations[ids]
-        return obs, rewards, terms, truncs, {}, ids
+        infos = self._column_infos(groups)
+        return obs, rewards, terms, truncs, infos if not infos else rows_of_info(infos, ids), ids
+
+    def _column_infos(self, groups: list[int] | None) -> dict[str, Any]:
+        """The infos of a batch whose groups sent no answer: their columns only."""
+        columns = self.columns
+        if not columns.any:
+            return {}
+        return merge(columns.read(groups), (), self.layout.num_envs, self.add_info)
 
     def read(
         self,
@@ -157,14 +169,33 @@ class BatchReader:
         replaced: dict[int, tuple[range, str]],
         rows: np.ndarray | None = None,
     ) -> dict[str, Any]:
-        """Gymnasium's vector infos of the answers, then the restart notes, cut to ``rows``."""
-        infos: dict[str, Any] = {}
-        starts, add = self.starts, self.add_info
-        said = [(g, a) for g, a in answers.items() if a is not None and a.infos]
-        for g, a in sorted(said) if len(said) > 1 else said:
-            for i, info in a.infos:
-                infos = add(infos, info, starts[g] + i)
-        for envs, note in replaced.values():
-            for i in envs:
-                infos = add(infos, {RESTARTED_INFO_KEY: note}, i)
+        """Gymnasium's vector infos of the columns and answers, then the restart notes,
+        cut to ``rows``.
+
+        Only the answering groups' columns are read; a replaced group's columns are
+        forgotten first.
+        """
+        starts, columns = self.starts, self.columns
+        for g in replaced:
+            columns.forget(g)
+        pairs = []
+        for g, a in sorted(answers.items()):
+            if a is None:
+                continue
+            if a.info_schema is not None:
+                columns.update(g, a.info_schema)
+            if a.infos:
+                start = starts[g]
+                pairs += [(start + i, info) for i, info in a.infos]
+        n = self.layout.num_envs
+        if columns.any:
+            # Only the groups that answered: a reset may tell some groups only, and
+            # first-ready's other groups may be writing their rows.
+            groups = None if len(answers) == self.layout.n_groups else sorted(answers)
+            infos = merge(columns.read(groups), pairs, n, self.add_info)
+        else:
+            infos = merge_pairs({}, pairs, n, self.add_info)
+        notes = [(i, {RESTARTED_INFO_KEY: note}) for envs, note in replaced.values() for i in envs]
+        if notes:
+            infos = merge_pairs(infos, notes, n, self.add_info)
         return infos if rows is None else rows_of_info(infos, rows)

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 import gymnasium as gym
 
+from envmgr.protocol.info_columns import Schema
 from envmgr.protocol.shared_memory import SharedLayout
 from envmgr.timers import GaugeNode, TimerNode
 
@@ -257,6 +258,8 @@ class StepResponse:
         arrays: The group's rows of the batch, from a backend without shared
             memory: ``(observations or None, rewards, terminations, truncations,
             env_seconds or None, env_steps or None)``.
+        info_schema: The group's info columns, until the parent reads with them
+            (:mod:`envmgr.protocol.info_columns`); ``None``: unchanged.
     """
 
     worker_index: int
@@ -266,6 +269,7 @@ class StepResponse:
     timer_root: TimerNode | None = None
     gauges: dict[str, GaugeNode] | None = None
     arrays: tuple[Any, ...] | None = None
+    info_schema: Schema | None = None
 
 
 @_fast_pickle

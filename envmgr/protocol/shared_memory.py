@@ -26,6 +26,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector.utils import create_empty_array
 
+from envmgr.protocol.info_columns import ROW_BYTES
 from envmgr.protocol.trees import tree_map
 
 __all__ = ["fits_shared_memory", "SharedLayout", "SharedBuffers", "tree_map", "SEGMENT_PREFIX"]
@@ -109,6 +110,8 @@ class SharedLayout:
         # Cumulative env.step seconds per env, so per-env timing costs no tree nodes.
         regions["env_seconds"] = np.empty(n, dtype=np.float64)
         regions["env_steps"] = np.empty(n, dtype=np.int64)
+        # Numeric info values, one row per env (envmgr.protocol.info_columns).
+        regions["info_arena"] = np.empty((n, ROW_BYTES), dtype=np.uint8)
         return regions
 
     def size(self) -> int:
@@ -136,6 +139,8 @@ class SharedBuffers:
         truncations: ``bool[num_envs]``.
         env_seconds: ``float64[num_envs]``, cumulative seconds inside ``env.step`` per env.
         env_steps: ``int64[num_envs]``, cumulative ``env.step`` calls per env.
+        info_arena: ``uint8[num_envs, ROW_BYTES]``, the info columns
+            (:mod:`envmgr.protocol.info_columns`).
         control: ``int64[n_workers + 1, 8]``, the hand-off words of
             :mod:`envmgr.backends.local.doorbell`.
     """
@@ -147,6 +152,7 @@ class SharedBuffers:
     truncations: np.ndarray
     env_seconds: np.ndarray
     env_steps: np.ndarray
+    info_arena: np.ndarray
     control: np.ndarray
 
     def __init__(
@@ -182,6 +188,7 @@ class SharedBuffers:
         self.truncations = regions["truncations"]
         self.env_seconds = regions["env_seconds"]
         self.env_steps = regions["env_steps"]
+        self.info_arena = regions["info_arena"]
         if owner:
             for leaf in _leaves(regions):
                 leaf.fill(0)
@@ -246,6 +253,7 @@ class SharedBuffers:
             "truncations": self.truncations[sl],
             "env_seconds": self.env_seconds[sl],
             "env_steps": self.env_steps[sl],
+            "info_arena": self.info_arena[sl],
         }
         out["observations"] = (
             None if self.observations is None else tree_map(lambda a: a[sl], self.observations)
@@ -263,7 +271,7 @@ class SharedBuffers:
             return
         self.observations = self.actions = None
         self.rewards = self.terminations = self.truncations = np.empty(0)
-        self.env_seconds = self.env_steps = self.control = np.empty(0)
+        self.env_seconds = self.env_steps = self.control = self.info_arena = np.empty(0)
         if self._owner:
             try:
                 shm.unlink()

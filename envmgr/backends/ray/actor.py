@@ -81,7 +81,11 @@ class EnvActor:
         buffers = SharedBuffers.private(
             group.single_observation_space, group.single_action_space, group.n
         )
-        group.attach(buffers.slice(0, group.n))
+        views = buffers.slice(0, group.n)
+        # No info columns: every answer travels anyway (it carries the rows), so the
+        # infos ride in it and the driver merges them a key at a time.
+        views["info_arena"] = None
+        group.attach(views)
         self._idle_since = perf_counter()
         return group.ready(os.getpid()), *node
 
