@@ -145,6 +145,8 @@ class EnvGroup(ABC):
     env_spec: Any
     #: Local index of the env running when an exception was raised, if known.
     current_env: int | None = None
+    #: ``step``/``reset`` fill the info columns themselves (else ``serve`` splits their infos).
+    writes_info_columns = False
 
     def __init__(self, spec: GroupSpec) -> None:
         self.spec = spec

@@ -25,6 +25,7 @@ from envmgr.protocol.info_columns import (
     column_kind,
     views,
 )
+from envmgr.protocol.trees import unbatch_infos
 
 __all__ = ["InfoWriter"]
 
@@ -40,9 +41,9 @@ class _Slot:
 
     __slots__ = ("column", "type", "dtype", "shape", "values", "mask", "zero", "dirty")
 
-    def __init__(self, column: Column, example: Any, arena: np.ndarray) -> None:
+    def __init__(self, column: Column, kind: type, arena: np.ndarray) -> None:
         self.column = column
-        self.type = type(example)
+        self.type: Any = kind
         self.dtype = np.dtype(column.dtype)
         self.shape = column.shape
         self.values, self.mask = views(arena, column)
@@ -52,7 +53,10 @@ class _Slot:
     def fits(self, value: Any) -> bool:
         if type(value) is not self.type:
             return False
-        return not self.shape or (value.shape == self.shape and value.dtype == self.dtype)
+        # A numpy scalar's type fixes its dtype; an array's dtype and shape are its own.
+        return self.type is not np.ndarray or (
+            value.shape == self.shape and value.dtype == self.dtype
+        )
 
 
 class InfoWriter:
@@ -108,7 +112,10 @@ class InfoWriter:
                     self._retire(k)
                     raise _Layout
                 if k not in pickled:
-                    self._place(k, v)  # raises _Layout when it made a column
+                    kind = column_kind(v)
+                    if kind is not None and self._place(k, *kind, type(v)):
+                        raise _Layout
+                    pickled.add(k)
                 if rest is None:
                     rest = {}
                 rest[k] = v
@@ -136,21 +143,64 @@ class InfoWriter:
             slot.dirty = True
         return left
 
-    def _place(self, key: str, value: Any) -> None:
-        """A column for ``key`` if its value fits one and the row has room; else pickle it."""
-        kind = None if isinstance(key, str) and key.startswith("_") else column_kind(value)
-        if kind is not None:
-            dtype, shape, python = kind
-            size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-            align = min(dtype.itemsize, 8) or 1
-            offset = -(-self._next // align) * align
-            if offset + size + 1 <= ROW_BYTES and isinstance(key, str):
-                column = Column(key, dtype.str, shape, offset, offset + size, python)
-                self._slots[key] = _Slot(column, value, self.arena)
-                self._next = offset + size + 1
-                self.version += 1
-                raise _Layout
-        self._pickled.add(key)
+    def split_vector(self, infos: dict[str, Any]) -> Infos:
+        """:meth:`split` for a hosted VectorEnv's vector info dict: its numeric arrays
+        (with their ``_key`` masks) are the columns, one copy each."""
+        slots, pickled, n = self._slots, self._pickled, self.n
+        left: dict[str, Any] = {}
+        written = set()
+        for key, value in infos.items():
+            mask = infos.get(f"_{key}")
+            if mask is None or key.startswith("_") and key[1:] in infos:
+                continue
+            slot = slots.get(key)
+            numeric = (
+                type(value) is np.ndarray
+                and value.dtype.kind in "biufc"
+                and value.shape[:1] == (n,)
+                and key not in pickled
+            )
+            if numeric and slot is None:
+                # Python's own scalar types give these dtypes under _add_info.
+                python = value.dtype in (np.bool_, np.int64, np.float64)
+                if self._place(key, value.dtype, value.shape[1:], python, np.ndarray):
+                    slot = slots[key]
+                else:
+                    pickled.add(key)
+            if slot is not None:
+                if numeric and slot.dtype == value.dtype and slot.shape == value.shape[1:]:
+                    slot.values[:] = value
+                    slot.mask[:] = mask
+                    slot.dirty = True
+                    written.add(key)
+                    continue
+                self._retire(key)
+            left[key], left[f"_{key}"] = value, mask
+        for key, slot in slots.items():
+            if slot.dirty and key not in written:
+                slot.values[:] = 0
+                slot.mask[:] = False
+                slot.dirty = False
+        if not left:
+            return []
+        return [(i, info) for i, info in enumerate(unbatch_infos(left, n)) if info]
+
+    def _place(
+        self, key: Any, dtype: np.dtype[Any], shape: tuple[int, ...], python: bool, kind: type
+    ) -> bool:
+        """A column for ``key``, if the row has room for it (``False``: pickle it)."""
+        if not isinstance(key, str) or key.startswith("_"):
+            return False  # "_key" names are the masks' own
+        size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        align = min(dtype.itemsize, 8) or 1
+        offset = -(-self._next // align) * align
+        if offset + size + 1 > ROW_BYTES:
+            return False
+        column = Column(key, dtype.str, shape, offset, offset + size, python)
+        self._slots[key] = _Slot(column, kind, self.arena)
+        self._next = offset + size + 1
+        self.version += 1
+        return True
 
     def _retire(self, key: str) -> None:
         """``key`` pickles from now on; its column's bytes stay unused."""

@@ -55,7 +55,7 @@ def serve(group: EnvGroup, cmd: Command, with_arrays: bool = False) -> Response 
         infos = _within(
             group, "reset", group.reset, cmd.seeds, cmd.options, cmd.mask, cmd.autoreset_next
         )
-        if group.info_writer is not None:
+        if group.info_writer is not None and not group.writes_info_columns:
             infos = group.info_writer.split(infos)
         return _answer(group, cmd.seq, infos, cmd.ship_timers, with_arrays)
     if isinstance(cmd, Call):
@@ -97,7 +97,8 @@ def serve_step(
         stack.pop()
     writer = group.info_writer
     if writer is not None:
-        infos = writer.split(infos)
+        if not group.writes_info_columns:
+            infos = writer.split(infos)
         if writer.unacked:
             return _answer(group, seq, infos, ship_timers, with_arrays)
     if not (infos or ship_timers or with_arrays) and group.shared_obs:

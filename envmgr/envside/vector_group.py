@@ -27,6 +27,9 @@ __all__ = [
 class VectorEnvGroup(EnvGroup):
     """One hosted ``VectorEnv`` of ``spec.size`` envs, built by ``spec.vector_fn(size)``."""
 
+    # Its step and reset put their infos in the columns themselves (already batched).
+    writes_info_columns = True
+
     def __init__(self, spec: GroupSpec) -> None:
         super().__init__(spec)
         assert spec.vector_fn is not None
@@ -81,7 +84,7 @@ class VectorEnvGroup(EnvGroup):
         self._calls += 1
         self.timers.step_env.add_time(dt, 1)
         self.timers.step.add_time(perf_counter() - t0)
-        return unbatched(vinfos, n)
+        return self._infos(vinfos)
 
     def _publish_env_times(self, views: dict[str, Any]) -> None:
         views["env_seconds"][:] = self._seconds / self.n
@@ -115,7 +118,7 @@ class VectorEnvGroup(EnvGroup):
         dt = perf_counter() - t0
         self.timers.reset_env.add_time(dt, 1)
         self.timers.reset.add_time(dt)
-        return unbatched(vinfos, self.n)
+        return self._infos(vinfos)
 
     def call(
         self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], ids: Sequence[int] | None
@@ -161,6 +164,11 @@ class VectorEnvGroup(EnvGroup):
             "apply() runs a function on single envs; this group hosts one VectorEnv: "
             "use call() to reach it"
         )
+
+    def _infos(self, vinfos: dict[str, Any]) -> Infos:
+        """The hosted env's vector infos: numeric arrays into columns, the rest per env."""
+        writer = self.info_writer
+        return unbatched(vinfos, self.n) if writer is None else writer.split_vector(vinfos)
 
     def observations(self) -> tuple[Any, ...]:
         from gymnasium.vector.utils import batch_space, iterate

@@ -113,7 +113,14 @@ def unbatch_infos(infos: dict[str, Any], n: int) -> list[dict[str, Any]]:
         mask = infos.get(f"_{key}")
         if mask is None:
             continue
-        sub = unbatch_infos(value, n) if isinstance(value, dict) else value
+        if isinstance(value, dict):
+            sub = unbatch_infos(value, n)
+        elif isinstance(value, np.ndarray) and value.dtype == np.bool_ and value.ndim == 1:
+            # Only Python bools make a bool array (``_add_info`` stores np.bool_ as an
+            # object): give them back as such, or merging them again makes an object array.
+            sub = value.tolist()
+        else:
+            sub = value
         for i in np.flatnonzero(mask):
             out[i][key] = sub[i]
     return out

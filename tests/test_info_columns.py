@@ -1,0 +1,259 @@
+"""Numeric info values travel in shared memory, and the infos equal SyncVectorEnv's.
+
+Bit for bit (keys, values, dtypes, ``_key`` masks) over episodes with autoresets, in
+all three autoreset modes, on a MuJoCo env, an Atari env, an env whose info keys come
+and go and change type halfway, single envs in ``RecordEpisodeStatistics``, hosted
+VectorEnvs, ``caller_envs`` and Ray. Then the promises behind it: a MuJoCo step pickles
+nothing (the workers write no bytes), a replaced worker's envs come back truncated
+with their note, and a column layout lost with an answer is sent again.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from conftest import Backend
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from test_equivalence import compare, local_only
+from test_promises import traffic
+
+from envmgr import SubprocessEnvManager
+from envmgr.envside.info_writer import InfoWriter
+from envmgr.frontend.infos import InfoColumns
+from envmgr.frontend.results import RESTARTED_INFO_KEY
+from envmgr.protocol.info_columns import ROW_BYTES
+from envmgr.protocol.layout import Layout
+
+pytestmark = pytest.mark.timeout(120)
+
+MODES = [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED]
+
+
+def mode_kwargs(mode: AutoresetMode) -> dict[str, Any]:
+    # Disabled: the rollout resets finished envs itself.
+    return {"autoreset_mode": mode, "reset_done_envs": mode == AutoresetMode.DISABLED}
+
+
+class ShiftingInfoEnv(gym.Env):  # type: ignore[type-arg]
+    """Infos that test every path: keys that come and go, a key that changes type halfway
+    through an episode (so envs out of phase disagree in one batch), a key first seen
+    late, Python and numpy scalars, arrays, ``np.bool_`` (an object array under
+    ``_add_info``), strings and nested dicts (these pickle). A shape that changes is
+    left to the writer's own test: SyncVectorEnv itself cannot batch two shapes."""
+
+    observation_space = spaces.Box(-np.inf, np.inf, shape=(2,), dtype=np.float64)
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, flip: bool = True) -> None:
+        self.flip = flip
+        self.t = 0
+        self.length = 5
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        self.t = 0
+        self.length = int(self.np_random.integers(4, 10))  # envs fall out of phase
+        return self._obs(), {"length": self.length, "x": float(self.np_random.uniform())}
+
+    def _obs(self) -> np.ndarray:
+        return np.array([self.t, self.length], dtype=np.float64)
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        self.t += 1
+        t = self.t
+        info: dict[str, Any] = {"t": t, "x": float(self.np_random.uniform()), "a": int(action)}
+        if t % 2 == 0:
+            info["even"] = True  # comes and goes
+        if t >= 4:
+            info["late"] = np.float32(t / 3)  # first seen late
+        if self.flip:
+            info["flip"] = t if t < 3 else t + 0.5  # int, then float
+        info["vec"] = np.arange(3, dtype=np.int32) * t
+        info["npbool"] = np.bool_(t % 3 == 0)
+        if t % 3 == 0:
+            info["name"] = f"s{t}"
+        if t % 4 == 0:
+            info["nested"] = {"deep": t, "half": t / 2}
+        return self._obs(), float(action) - 0.5, t >= self.length, False, info
+
+
+def half_cheetah() -> gym.Env:  # type: ignore[type-arg]
+    return gym.make("HalfCheetah-v5", max_episode_steps=12)
+
+
+def pong() -> gym.Env:  # type: ignore[type-arg]
+    import ale_py
+
+    gym.register_envs(ale_py)
+    return gym.make("ALE/Pong-v5", frameskip=1, max_episode_steps=9, obs_type="grayscale")
+
+
+class _Timeless(gym.wrappers.RecordEpisodeStatistics):  # type: ignore[type-arg]
+    """``RecordEpisodeStatistics`` whose ``episode["t"]`` (wall-clock seconds, never the
+    same twice) is the episode's length instead; ``r`` and ``l`` are the wrapper's own."""
+
+    def step(self, action: Any) -> Any:
+        obs, reward, term, trunc, info = super().step(action)
+        if "episode" in info:
+            info["episode"]["t"] = float(info["episode"]["l"])
+        return obs, reward, term, trunc, info
+
+
+def cartpole_stats() -> gym.Env:  # type: ignore[type-arg]
+    return _Timeless(gym.make("CartPole-v1", max_episode_steps=8))
+
+
+# ------------------------------------------------------------------ equal to SyncVectorEnv
+
+
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.value)
+def test_infos_that_come_go_and_change_type_match_sync(backend: Backend, mode: Any) -> None:
+    expected = compare(backend, ShiftingInfoEnv, 2, 2, steps=30, **mode_kwargs(mode))
+    steps = [r[5] for r in expected if r[0] == "step"]
+    # The run really mixes an int and a float of "flip" in one batch, and masks "even".
+    assert any(i["flip"].dtype == np.int64 and "_flip" in i and i["_flip"].all() for i in steps)
+    assert any(i["flip"].dtype == np.float64 for i in steps)
+    assert any(0 < i["_even"].sum() < 4 for i in steps if "_even" in i)
+
+
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.value)
+def test_mujoco_infos_match_sync(mode: Any) -> None:
+    pytest.importorskip("mujoco")
+    compare(Backend("local"), half_cheetah, 2, 2, steps=30, **mode_kwargs(mode))
+
+
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.value)
+def test_atari_infos_match_sync(mode: Any) -> None:
+    pytest.importorskip("ale_py")
+    compare(Backend("local"), pong, 2, 2, steps=22, **mode_kwargs(mode))
+
+
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.value)
+def test_record_episode_statistics_infos_match_sync(mode: Any) -> None:
+    expected = compare(Backend("local"), cartpole_stats, 2, 2, steps=30, **mode_kwargs(mode))
+    # At an episode's end (SameStep: inside final_info).
+    steps = [r[5] for r in expected if r[0] == "step"]
+    assert any("episode" in i or "episode" in i.get("final_info", {}) for i in steps)
+
+
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.value)
+def test_caller_envs_infos_match_sync(backend: Backend, mode: Any) -> None:
+    local_only(backend, "caller_envs is the local manager's")
+    compare(backend, [ShiftingInfoEnv] * 4, 2, None, steps=30, caller_envs=1, **mode_kwargs(mode))
+
+
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP])
+def test_hosted_vector_env_infos_match_a_flat_sync_vector_env(mode: AutoresetMode) -> None:
+    """Hosted SyncVectorEnvs' infos (numeric arrays into columns, the rest per env) equal
+    one flat SyncVectorEnv's: bools stay bool arrays, absent keys stay absent."""
+    env = functools.partial(ShiftingInfoEnv, flip=False)
+    n = 4
+    flat = SyncVectorEnv([env] * n, autoreset_mode=mode)
+    rng = np.random.default_rng(5)
+    actions = [rng.integers(0, 2, n) for _ in range(30)]
+    expected = [flat.reset(seed=3)] + [flat.step(a) for a in actions]
+    flat.close()
+
+    def blocks(k: int) -> SyncVectorEnv:
+        return SyncVectorEnv([env] * k, autoreset_mode=mode)
+
+    from envs import assert_same
+
+    with SubprocessEnvManager(None, 2, vector_fn=blocks, num_envs=n) as envs:
+        got = [envs.reset(seed=3)] + [envs.step(a) for a in actions]
+    for t, (g, e) in enumerate(zip(got, expected, strict=True)):
+        assert_same(tuple(g), tuple(e), path=f"result {t}")
+    assert any(r[-1]["even"].dtype == np.bool_ for r in expected[1:] if "even" in r[-1])
+
+
+# ------------------------------------------------------------------ the promises behind it
+
+
+def test_a_mujoco_step_pickles_nothing() -> None:
+    """Four numeric info keys every step, and the workers write nothing per step but the
+    one-byte wake-up of a sleeping parent: the values are in shared memory (pickled,
+    each worker's answer was about 400 bytes a step)."""
+    pytest.importorskip("mujoco")
+    with SubprocessEnvManager(half_cheetah, 2, 2, context="fork", timer_interval=1e9) as envs:
+        envs.reset(seed=0)
+        actions = [envs.action_space.sample() for _ in range(40)]
+        for a in actions[:5]:  # layouts settle (reset and first step add keys)
+            _, _, _, _, infos = envs.step(a)
+        _, written = traffic(envs, actions[5:])
+        _, _, _, _, infos = envs.step(actions[0])
+    assert written <= 35, f"workers wrote {written} bytes in 35 steps"
+    assert {"x_position", "x_velocity", "reward_forward", "reward_ctrl"} <= infos.keys()
+    assert infos["reward_ctrl"].dtype == np.float32  # the env's own np.float32
+
+
+def test_a_replaced_worker_comes_back_truncated_and_its_columns_start_afresh(
+    backend: Backend,
+) -> None:
+    with backend(ShiftingInfoEnv, 2, 2, max_restarts=1) as envs:
+        envs.reset(seed=0)
+        for _ in range(6):
+            envs.step(np.ones(4, dtype=np.int64))
+        backend.kill(envs, 1)
+        _, _, _, trunc, infos = envs.step(np.ones(4, dtype=np.int64))
+        assert trunc[2:].all()
+        assert infos[f"_{RESTARTED_INFO_KEY}"].tolist() == [False, False, True, True]
+        # The replacement was reset: its envs report their reset info (no "t"); worker 0's
+        # envs a step's or an autoreset's; nothing of the dead worker's columns is read.
+        assert infos["_t"][2:].tolist() == [False, False]
+        assert infos["_length"][2:].tolist() == [True, True]
+        assert (infos["_t"][:2] ^ infos["_length"][:2]).all()
+        # Next-step mode: truncated envs reset at the next step, then step afresh.
+        envs.step(np.ones(4, dtype=np.int64))
+        _, _, _, _, infos = envs.step(np.ones(4, dtype=np.int64))
+        assert infos["t"][2:].tolist() == [1, 1]
+        assert infos["_t"][2:].all()
+
+
+def test_a_column_layout_lost_with_an_answer_is_sent_again() -> None:
+    """The writer keeps saying its layout until the parent acknowledges that version in
+    shared memory: an answer dropped (Ctrl-C) cannot leave the parent reading stale."""
+    arena = np.zeros((4, ROW_BYTES), dtype=np.uint8)
+    layout = Layout.of([2, 2])
+    reader = InfoColumns(arena, layout)
+    writer = InfoWriter(arena[2:4])  # group 1
+    assert writer.unacked  # a fresh group: not yet read with its (empty) layout
+    reader.update(1, writer.schema())
+    assert not writer.unacked
+    assert writer.split([(0, {"x": 1.5}), (1, {"x": 2.5, "s": "text"})]) == [(1, {"s": "text"})]
+    assert writer.unacked  # "x" got a column: the answer carrying it is dropped ...
+    assert writer.split([(1, {"x": 4.0})]) == []
+    assert writer.unacked  # ... so the next answer carries it again
+    reader.update(1, writer.schema())
+    assert not writer.unacked
+    columns, python, mixed = reader.read(None)
+    assert columns["x"][0].tolist() == [0.0, 0.0, 0.0, 4.0]
+    assert columns["x"][1].tolist() == [False, False, False, True]
+    assert python == {"x": True} and mixed == {}
+    # A key whose type changes pickles from then on, and the layout changes again.
+    assert writer.split([(0, {"x": "now a string"})]) == [(0, {"x": "now a string"})]
+    assert writer.unacked
+    reader.update(1, writer.schema())
+    assert reader.read(None)[0] == {}
+    assert writer.split([(1, {"x": 3.0})]) == [(1, {"x": 3.0})]  # and stays pickled
+    # So does an array whose shape changes.
+    v = np.arange(3)
+    assert writer.split([(0, {"v": v})]) == []
+    assert writer.split([(0, {"v": np.arange(4)})])[0][1]["v"].shape == (4,)
+    assert "v" not in [c.key for c in writer.schema().columns]
+
+
+def test_a_row_too_full_for_a_key_pickles_it() -> None:
+    arena = np.zeros((2, ROW_BYTES), dtype=np.uint8)
+    writer = InfoWriter(arena)
+    big = np.zeros(ROW_BYTES // 8, dtype=np.float64)  # cannot fit beside the ack word
+    small = np.zeros(3, dtype=np.float64)
+    left = writer.split([(0, {"big": big, "small": small}), (1, {"small": small})])
+    assert [(i, sorted(d)) for i, d in left] == [(0, ["big"])]
+    assert [c.key for c in writer.schema().columns] == ["small"]
