@@ -132,7 +132,8 @@ def part_observations(repeats: int) -> list[str]:
         obs = np.full(shape, 7, np.uint8)
         view = buffers.observations[3]
         into = median_us(lambda view=view, obs=obs: np.copyto(view, obs), 2000, repeats)
-        out = median_us(lambda: buffers.observations.copy(), 500, repeats) / 8
+        whole = buffers.observations
+        out = median_us(lambda whole=whole: whole.copy(), 500, repeats) / 8
         lines.append(f"  {label:<28} in {into:6.1f} us, out {out:6.1f} us per env")
     return lines
 
