@@ -188,7 +188,8 @@ def test_a_mujoco_step_pickles_nothing() -> None:
             _, _, _, _, infos = envs.step(a)
         _, written = traffic(envs, actions[5:])
         _, _, _, _, infos = envs.step(actions[0])
-    assert written <= 35, f"workers wrote {written} bytes in 35 steps"
+    # Two workers finishing together may both ring: at most a byte per worker per step.
+    assert written <= 2 * 35, f"workers wrote {written} bytes in 35 steps"
     assert {"x_position", "x_velocity", "reward_forward", "reward_ctrl"} <= infos.keys()
     assert infos["reward_ctrl"].dtype == np.float32  # the env's own np.float32
 
