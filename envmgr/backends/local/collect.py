@@ -154,7 +154,8 @@ class Collector:
                 return bell.all_done(batch_seq)
             return len(self.finished(seqs, lost)) + len(lost) >= want
 
-        spin = self.spin_seconds
+        # What woke a wait for these groups came after its spin: do not spin again.
+        spin = self.spin_seconds if woke is None else 0.0
         muted: list[int] = []
         try:
             while True:
