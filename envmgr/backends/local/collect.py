@@ -23,7 +23,7 @@ from time import monotonic
 from envmgr.backends.base import Lost, Waited
 from envmgr.backends.local.doorbell import WAIT_ALL, WAIT_ANY, ParentDoorbell
 from envmgr.backends.local.pool import WorkerPool
-from envmgr.backends.local.wait import Quietly, Until, wait_until
+from envmgr.backends.local.wait import DEADLINE, READY, Quietly, Until, wait_until
 from envmgr.protocol.messages import ErrorResponse
 
 __all__ = ["Collector"]
@@ -59,7 +59,7 @@ class Collector:
         bell = self.bell
         if timeout is None:  # the hot path: one word read, one sleep, nothing built
             woke = bell.wait_all(seq, self.spin_seconds)
-            if woke is Until.READY and not bell.batch_said_more(seq):
+            if woke is READY and not bell.batch_said_more(seq):
                 return None
         else:
             woke = None
@@ -81,7 +81,7 @@ class Collector:
                 WAIT_ANY,
                 spin_seconds=self.spin_seconds,
             )
-            if woke is not Until.READY:
+            if woke is not READY:
                 self._woken = woke
                 return None
             done = bell.first_done(seqs, need)
@@ -163,9 +163,9 @@ class Collector:
                     mode = WAIT_ALL if batch_seq is not None and not lost else WAIT_ANY
                     woke = bell.sleep_until(enough, mode, spin_seconds=spin, deadline=deadline)
                     spin = 0.0  # spun once already: a later sleep follows a death
-                if woke is Until.READY:
+                if woke is READY:
                     return
-                if woke is Until.DEADLINE:
+                if woke is DEADLINE:
                     late = sorted(
                         (s, g) for g, s in seqs.items() if g not in lost and not bell.is_done(g, s)
                     )
@@ -255,7 +255,7 @@ class Collector:
         got = wait_until(
             there, Quietly(block), deadline=deadline, first_sleep=1e-4, longest_sleep=0.05
         )
-        if got is Until.DEADLINE:
+        if got is DEADLINE:
             raise _AnswerOverdue
         # Ready: bytes are there, or every byte was written and none is left.
         return conn.poll()

@@ -51,7 +51,7 @@ from multiprocessing.connection import Connection
 
 import numpy as np
 
-from envmgr.backends.local.wait import Until, wait_until
+from envmgr.backends.local.wait import READY, Until, wait_until
 
 __all__ = [
     "CMD",
@@ -249,7 +249,7 @@ class ParentDoorbell:
             deadline: A :func:`time.monotonic` time, or ``None``.
 
         Returns:
-            ``Until.READY``, ``Until.DEADLINE``, or the poll events other than the
+            ``READY``, ``DEADLINE``, or the poll events other than the
             wake-up pipe: the sentinels of workers that exited.
         """
         return wait_until(ready, self._sleepers[mode], spin_seconds=spin_seconds, deadline=deadline)
@@ -269,13 +269,13 @@ class ParentDoorbell:
                 spin_seconds=spin_seconds,
                 deadline=deadline,
             )
-            if got is not Until.READY:
+            if got is not READY:
                 return got
         # Acquire side: the batch arrays are read after the word that says they are
         # written (a no-op ordering on x86, needed on weaker memory models).
         with _fence_lock:
             pass
-        return Until.READY
+        return READY
 
     def batch_said_more(self, seq: int) -> bool:
         """After :meth:`wait_all`: whether a worker also sent a pipe message for ``seq``."""

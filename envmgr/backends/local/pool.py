@@ -21,7 +21,7 @@ from time import monotonic
 from typing import Any
 
 from envmgr.backends.base import Lost, remote_exception
-from envmgr.backends.local.wait import Quietly, Until, wait_until
+from envmgr.backends.local.wait import DEADLINE, Quietly, wait_until
 from envmgr.backends.local.worker import worker_main
 from envmgr.errors import RemoteTraceback, WorkerDiedError, WorkerTimeoutError
 from envmgr.protocol.layout import Layout
@@ -167,7 +167,7 @@ class WorkerPool:
             first_sleep=0.05,
             longest_sleep=0.05,
         )
-        if got is Until.DEADLINE:
+        if got is DEADLINE:
             late = [g for g in pending if not conns[g].poll() and processes[g].exitcode is None]
             why = f"it did not answer {phase} within {timeout} s"
             raise LostWorker(self.lost(min(late), why, True))

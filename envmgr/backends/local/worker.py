@@ -27,7 +27,7 @@ from typing import Any
 import cloudpickle
 
 from envmgr.backends.local.doorbell import SHIP_TIMERS
-from envmgr.backends.local.wait import Quietly, Until, wait_until
+from envmgr.backends.local.wait import READY, Quietly, wait_until
 from envmgr.backends.local.worker_doorbell import WorkerDoorbell
 from envmgr.envside.build import build_group
 from envmgr.envside.group import BuildFailed, EnvGroup, GroupSpec
@@ -86,7 +86,7 @@ def _receive(conn: Connection, spin_seconds: float, parent_pid: int) -> Command 
         first_sleep=LIVENESS_INTERVAL,
         longest_sleep=LIVENESS_INTERVAL,
     )
-    if got is not Until.READY:
+    if got is not READY:
         return None
     try:
         return conn.recv()  # type: ignore[no-any-return]

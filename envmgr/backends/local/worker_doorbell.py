@@ -28,7 +28,7 @@ from envmgr.backends.local.doorbell import (
     decode_command,
     fence,
 )
-from envmgr.backends.local.wait import Until, wait_until
+from envmgr.backends.local.wait import READY, wait_until
 
 __all__ = ["WorkerDoorbell"]
 
@@ -98,7 +98,7 @@ class WorkerDoorbell:
             first_sleep=0.001,
             longest_sleep=self.liveness,
         )
-        if woke is Until.READY:
+        if woke is READY:
             return self._take(int(self.row[CMD]))
         return woke if isinstance(woke, bytes) else None
 
