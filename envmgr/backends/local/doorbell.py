@@ -308,11 +308,13 @@ class ParentSleeper:
         self.mode = mode
 
     def announce(self) -> None:
+        """Store ``WAITING``, so that a finishing worker rings the wake-up pipe."""
         self.parent[WAITING] = self.mode
         with _fence_lock:  # fence(), inlined: the store is seen before ALL_DONE is read
             pass
 
     def withdraw(self) -> None:
+        """Clear ``WAITING``: no more wake-ups needed."""
         self.parent[WAITING] = NOT_WAITING
 
     def sleep(self, seconds: float) -> list[int] | None:

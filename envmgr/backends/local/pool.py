@@ -14,7 +14,7 @@ import signal
 import sys
 import threading
 import types
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from multiprocessing.connection import Connection
 from time import monotonic
@@ -69,7 +69,9 @@ class WorkerPool:
         spin_seconds: How long workers spin for a command before sleeping.
     """
 
-    def __init__(self, layout: Layout, payloads: list[bytes], ctx: Any, spin_seconds: float):
+    def __init__(
+        self, layout: Layout, payloads: list[bytes], ctx: Any, spin_seconds: float
+    ) -> None:
         self.layout = layout
         self._payloads = payloads
         self._ctx = ctx
@@ -87,6 +89,7 @@ class WorkerPool:
         self._cut: dict[int, str] = {}  # group -> why it was stopped (see stop)
 
     def where(self, g: int) -> str:
+        """Group ``g``'s name in messages (``"worker 1 (envs 2-3)"``)."""
         return self.layout.where("worker", g)
 
     # ================================================================ starting
@@ -258,7 +261,7 @@ class WorkerPool:
 
     # ================================================================ stopping
 
-    def shutdown(self, close_timeout: float, told: Any) -> None:
+    def shutdown(self, close_timeout: float, told: Callable[[list[int]], None]) -> None:
         """Tell every live worker to close, let ``told`` flag it, and stop them all.
 
         Args:

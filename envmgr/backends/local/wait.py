@@ -93,10 +93,10 @@ class Quietly(Generic[E]):
         self.sleep = block
 
     def announce(self) -> None:
-        pass
+        """Nothing to store: nobody rings."""
 
     def withdraw(self) -> None:
-        pass
+        """Nothing to take back."""
 
 
 def wait_until(

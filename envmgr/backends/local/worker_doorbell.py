@@ -114,6 +114,7 @@ class WorkerDoorbell:
         fence()
 
     def withdraw(self) -> None:
+        """Clear the mark: the command word changed after all."""
         self.row[SLEEPING] = 0
 
     def sleep(self, seconds: float) -> bytes | _Gone | None:
