@@ -179,6 +179,9 @@ class Doorbells:
         )
         self.control[:] = 0
         ctx = mp.get_context("forkserver")
+        # As the manager does (managers/local.py): whichever test starts the forkserver
+        # first decides what every later worker finds imported already.
+        ctx.set_forkserver_preload(["envmgr.backends.local.worker"])
         self.wake_r, self.wake_w = ctx.Pipe(duplex=False)
         os.set_blocking(self.wake_r.fileno(), False)
         self.poller = select.poll()
