@@ -13,9 +13,11 @@
 
 from __future__ import annotations
 
+import functools
 import multiprocessing as mp
 import os
 import select
+import time
 from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from multiprocessing.shared_memory import SharedMemory
@@ -23,6 +25,7 @@ from pathlib import Path
 from time import monotonic
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import pytest
 from fault_envs import EXIT_CODE, fault_env_fns
@@ -303,3 +306,21 @@ def test_a_dead_worker_found_by_the_batch_wait_is_not_looked_for_again(tmp_path:
     assert calls[:2] == [("wait_all", 0.01), ("wait_all", 0.01)]
     assert calls[2] == ("died", 0.0)
     assert calls[3:] == [("sleep_until", 0.0)], calls
+
+
+def _slow_cartpole(seconds: float) -> gym.Env[Any, Any]:
+    time.sleep(seconds)
+    return gym.make("CartPole-v1")
+
+
+def test_the_start_up_wait_sleeps_while_a_slow_worker_builds() -> None:
+    """Worker 0 answers at once; worker 1 takes 3 s to build its env. The wait for their
+    start-up answers must sleep on what is still missing, not spin on the answer already
+    there. Measured in CPU seconds of this process, as test_faults does: a sleeping wait
+    costs milliseconds, a spinning one a good part of the 3 s."""
+    fns = [functools.partial(gym.make, "CartPole-v1"), functools.partial(_slow_cartpole, 3.0)]
+    cpu = time.process_time()
+    with SubprocessEnvManager(fns, n_workers=2, envs_per_worker=1, context="forkserver") as envs:
+        cpu = time.process_time() - cpu
+        assert envs.num_envs == 2
+    assert cpu < 0.5, f"starting the manager used {cpu:.2f} CPU seconds"

@@ -157,7 +157,7 @@ class ParentDoorbell:
     def announce(self, workers: Sequence[int], seq: int, kind: int) -> None:
         """Store the command word for each worker and ring those that sleep."""
         words = self.words
-        word = (seq << 3) | kind  # encode_command, inlined
+        word = (seq << 3) | kind  # the inverse of decode_command
         batch = len(workers) == self.n_workers
         if batch:  # every worker, in one store
             self._cmd_column[:] = word

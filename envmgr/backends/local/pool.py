@@ -156,24 +156,30 @@ class WorkerPool:
         pending = sorted(set(groups))
         conns, processes = self.conns, self.processes
 
-        def answered_or_exited() -> bool:
-            return all(conns[g].poll() or processes[g].exitcode is not None for g in pending)
+        def missing() -> list[int]:
+            # Neither an answer nor an exit yet: all the wait may sleep on (an answer
+            # already there or an exited process would end every sleep at once).
+            return [g for g in pending if not conns[g].poll() and processes[g].exitcode is None]
 
         def block(seconds: float) -> None:
-            watched = [conns[g] for g in pending] + [processes[g].sentinel for g in pending]
+            waiting = missing()
+            if not waiting:
+                return
+            watched = [conns[g] for g in waiting] + [processes[g].sentinel for g in waiting]
             select.select(watched, [], [], seconds)
 
         got = wait_until(
-            answered_or_exited,
+            lambda: not missing(),
             Quietly(block),
             deadline=deadline,
             first_sleep=0.05,
             longest_sleep=0.05,
         )
         if got is DEADLINE:
-            late = [g for g in pending if not conns[g].poll() and processes[g].exitcode is None]
-            why = f"it did not answer {phase} within {timeout} s"
-            raise LostWorker(self.lost(min(late), why, True))
+            late = missing()
+            if late:
+                why = f"it did not answer {phase} within {timeout} s"
+                raise LostWorker(self.lost(late[0], why, True))
         answers: dict[int, Any] = {}
         for g in pending:
             try:

@@ -130,6 +130,7 @@ class ProcessBackend:
         return buffers
 
     def _handshake(self, groups: Sequence[int] | range, phase: str) -> list[Any]:
+        """Each group's start-up answer; a group lost on the way raises its failure."""
         try:
             return self.pool.handshake(groups, phase, self.start_timeout)
         except LostWorker as exc:
