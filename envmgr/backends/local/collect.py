@@ -87,6 +87,11 @@ class Collector:
             done = bell.first_done(seqs, need)
         return None if bell.said_more(done) else done
 
+    def forget_woken(self) -> None:
+        """Drop what :meth:`ready` found: a process is being replaced, and a new one may
+        get a closed sentinel's number."""
+        self._woken = None
+
     def finished(self, seqs: Mapping[int, int], lost: Mapping[int, Lost]) -> list[int]:
         """The groups of ``seqs`` whose step is done, except those in ``lost``."""
         is_done = self.bell.is_done
@@ -115,8 +120,9 @@ class Collector:
         # A batch step: every group, one seq. Only the last worker to finish rings.
         batch = need is None and len(seqs) == self.n_workers and len(set(seqs.values())) == 1
         seq = next(iter(seqs.values())) if batch else None
+        stashed, self._woken = self._woken, None
         if woke is None:
-            woke, self._woken = self._woken, None
+            woke = stashed
         self._collect(seqs, want, deadline, timeout, phase, seq, got, woke)
         if got.fatal is not None:
             return got
