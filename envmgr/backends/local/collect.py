@@ -1,10 +1,12 @@
 """The parent's side of an answer: wait for the workers' steps, then read what they said.
 
-Every wait here goes through :meth:`~envmgr.backends.local.doorbell.ParentDoorbell.sleep_until`
-(the one wait of :mod:`envmgr.backends.local.wait`), for one of three predicates:
+Every wait here goes through :func:`~envmgr.backends.local.wait.wait_until`, the one
+wait, for one of three predicates:
 
 * **all**: a batch step, every worker one seq; the workers' ``ALL_DONE`` summary says so
-  in one word, and only the last worker to finish rings;
+  in one word, and only the last worker to finish rings (the step loop's own wait,
+  ``ParentDoorbell.wait_all`` in ``ProcessBackend.wait_step``, is this one; what else
+  woke it is handed to :meth:`Collector.wait`);
 * **at least k** of some groups, each with its own seq (first-ready's ``recv``; ``k=1``
   is "any"), every finishing worker ringing;
 * a group's pipe answer still on its way (:meth:`Collector._answer_in_pipe`).
@@ -53,17 +55,6 @@ class Collector:
         # Sentinels a wait without a way to report them (ready) woke on: the next
         # wait starts from them instead of sleeping to find them again.
         self._woken: Until | list[int] | None = None
-
-    def wait_step(self, seq: int, timeout: float | None) -> Waited | None:
-        """Wait for batch step ``seq`` of every worker; ``None`` if all is in the arrays."""
-        bell = self.bell
-        if timeout is None:  # the hot path: one word read, one sleep, nothing built
-            woke = bell.wait_all(seq, self.spin_seconds)
-            if woke is READY and not bell.batch_said_more(seq):
-                return None
-        else:
-            woke = None
-        return self.wait(dict.fromkeys(range(self.n_workers), seq), timeout, None, "step", woke)
 
     def ready(self, seqs: Mapping[int, int], need: int) -> list[int] | None:
         """First-ready's usual case: sleep until ``need`` groups of ``seqs`` finished.
