@@ -69,7 +69,7 @@ def _floor_worker(
     shm = SharedMemory(name=shm_name)
     try:
         try:
-            from envmgr.backends.local.doorbell import WorkerDoorbell
+            from envmgr.backends.local.worker_doorbell import WorkerDoorbell
 
             control: np.ndarray = np.ndarray((rows, _ROW), dtype=np.int64, buffer=shm.buf)
             parent = os.getppid()
@@ -108,8 +108,10 @@ class FloorPingPong:
         self, n_workers: int, spin_seconds: float, parent_spin_seconds: float = 0.0
     ) -> None:
         from envmgr.backends.local.doorbell import KIND_STEP, ParentDoorbell
+        from envmgr.backends.local.wait import Until
 
         self.kind = KIND_STEP
+        self.ready = Until.READY
         self.parent_spin = parent_spin_seconds
         rows = n_workers + 1
         self.shm = SharedMemory(create=True, size=rows * _ROW * 8)
@@ -138,11 +140,11 @@ class FloorPingPong:
                 got = conn.recv_bytes()
                 if got != b"ready":
                     raise RuntimeError(f"floor worker {w} failed: {got.decode()[-600:]}")
-            self.bell = ParentDoorbell(self.control, self.conns, self.wake_r.fileno())
             self.poller = select.poll()
             self.poller.register(self.wake_r.fileno(), select.POLLIN)
             for proc in self.procs:
                 self.poller.register(proc.sentinel, select.POLLIN)
+            self.bell = ParentDoorbell(self.control, self.conns, self.wake_r.fileno(), self.poller)
             self.workers = range(n_workers)
             self.seq = 0
         except BaseException:
@@ -154,8 +156,9 @@ class FloorPingPong:
         self.seq = seq
         bell.announce(self.workers, seq, self.kind)
         # The manager's own batch wait (spin for parent_spin_seconds, then sleep until the
-        # finisher rings); False means a poll event other than the wake-up: a sentinel.
-        while not bell.sleep_all(seq, self.poller, self.parent_spin):
+        # finisher rings); anything but READY is a poll event other than the wake-up: a
+        # sentinel.
+        while bell.wait_all(seq, self.parent_spin) is not self.ready:
             if not all(p.is_alive() for p in self.procs):
                 raise RuntimeError("a floor worker died")
 

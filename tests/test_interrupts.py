@@ -33,6 +33,7 @@ from fault_envs import process_token, wait_gone
 
 from envmgr import NoAsyncCallError, SubprocessEnvManager, timers
 from envmgr.backends.local import doorbell as signalling
+from envmgr.backends.local.worker_doorbell import WorkerDoorbell
 from envmgr.frontend.results import RESTARTED_INFO_KEY
 
 pytestmark = pytest.mark.timeout(60)
@@ -81,15 +82,17 @@ class InterruptStorm:
 
 
 @pytest.fixture
-def doorbells() -> Iterator[tuple[signalling.ParentDoorbell, signalling.WorkerDoorbell, Any]]:
+def doorbells() -> Iterator[tuple[signalling.ParentDoorbell, WorkerDoorbell, Any]]:
     """A parent's and a worker's doorbell over one control block, no processes: two
     workers that never sleep, and every batch already done (nothing here waits)."""
     n = 2
     control = np.zeros((n + 1, signalling._ROW), dtype=np.int64)
     control[-1, signalling.ALL_DONE] = 1 << 40
     wake_r, wake_w = os.pipe()
-    bell = signalling.ParentDoorbell(control, [], wake_r)
-    worker = signalling.WorkerDoorbell(
+    poller = select.poll()
+    poller.register(wake_r, select.POLLIN)
+    bell = signalling.ParentDoorbell(control, [], wake_r, poller)
+    worker = WorkerDoorbell(
         control,
         0,
         None,  # type: ignore[arg-type]
@@ -97,8 +100,6 @@ def doorbells() -> Iterator[tuple[signalling.ParentDoorbell, signalling.WorkerDo
         spin_seconds=0.0,
         parent_alive=lambda: True,
     )
-    poller = select.poll()
-    poller.register(wake_r, select.POLLIN)
     yield bell, worker, poller
     os.close(wake_r)
     os.close(wake_w)
@@ -129,15 +130,15 @@ def _free_the_fence() -> Iterator[None]:
         signalling._fence_lock.release()
 
 
-@pytest.mark.parametrize("path", ["fence", "announce", "sleep_all", "step_done"])
+@pytest.mark.parametrize("path", ["fence", "announce", "wait_all", "step_done"])
 def test_an_exception_from_a_signal_handler_never_leaves_a_fence_half_done(
-    path: str, doorbells: tuple[signalling.ParentDoorbell, signalling.WorkerDoorbell, Any]
+    path: str, doorbells: tuple[signalling.ParentDoorbell, WorkerDoorbell, Any]
 ) -> None:
     bell, worker, poller = doorbells
     calls: dict[str, Callable[[int], Any]] = {
         "fence": lambda seq: signalling.fence(),
         "announce": lambda seq: bell.announce([0, 1], seq, signalling.KIND_STEP),
-        "sleep_all": lambda seq: bell.sleep_all(seq, poller),
+        "wait_all": lambda seq: bell.wait_all(seq),
         "step_done": lambda seq: worker.step_done(seq, False),
     }
     call = calls[path]

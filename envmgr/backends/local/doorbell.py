@@ -1,15 +1,13 @@
 """How the parent and its workers wake each other: spin briefly, then sleep.
 
-A blocking wake-up through the kernel costs about 20 µs per hop on the 2-core
-machines this was tuned on, and a pipe message costs a pickle on each side. So
-the per-step hand-off uses words in the shared-memory control block instead:
+A blocking wake-up through the kernel costs a context switch on each side, and a
+pipe message costs a pickle on each side. So the per-step hand-off uses words in
+the shared-memory control block instead:
 
 * The parent announces a command by storing ``seq << 3 | kind`` in the worker's
   ``CMD`` word. A worker that finished its last command spins on that word for
-  ``spin_seconds`` (yielding its core with ``sched_yield`` every turn, so that
-  processes outnumbering cores do not starve each other), then marks itself
-  ``SLEEPING`` and blocks on its pipe; the parent writes an empty wake-up
-  message to the pipe only when it sees that mark.
+  ``spin_seconds``, then marks itself ``SLEEPING`` and blocks on its pipe; the
+  parent writes an empty wake-up message to the pipe only when it sees that mark.
 * Step commands need nothing more (the actions are already in shared memory).
   Other commands are pickled messages on the pipe; their word says so.
 * A worker that finished a step stores ``seq << 1 | has_message`` in its
@@ -24,9 +22,14 @@ the per-step hand-off uses words in the shared-memory control block instead:
   workers: the finisher that sees every ``DONE`` word at ``seq`` stores it in the
   parent row's ``ALL_DONE``; a worker with a message stores its seq in
   ``MESSAGE``; a worker going to sleep sets ``SLEEPERS``, so the parent scans
-  the ``SLEEPING`` words only when someone did. On 16-64 cores the parent's
+  the ``SLEEPING`` words only when someone did. With many workers, the parent's
   per-worker work is what limits the batch rate; here it is one numpy store of
   the command words.
+
+This module holds the words, the fence and the parent's side (:class:`ParentDoorbell`);
+the worker's side is :class:`~envmgr.backends.local.worker_doorbell.WorkerDoorbell`.
+Both sides wait through :func:`~envmgr.backends.local.wait.wait_until`, each with its
+own sleeper (:class:`ParentSleeper`, and the worker doorbell itself).
 
 Both "mark, then re-check" pairs (worker ``SLEEPING``/``SLEEPERS`` vs parent
 ``CMD``; parent ``WAITING`` vs worker ``ALL_DONE``/``DONE``) are the classic
@@ -38,15 +41,17 @@ milliseconds, never a hang.
 
 from __future__ import annotations
 
+import math
 import os
 import select
 import struct
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from multiprocessing.connection import Connection
-from time import perf_counter
 
 import numpy as np
+
+from envmgr.backends.local.wait import READY, Until, wait_until
 
 __all__ = [
     "CMD",
@@ -63,8 +68,8 @@ __all__ = [
     "KIND_PIPE",
     "SHIP_TIMERS",
     "fence",
-    "encode_command",
-    "WorkerDoorbell",
+    "ParentDoorbell",
+    "ParentSleeper",
 ]
 
 # Columns of a worker's control row. ``SENT``: the last seq whose pipe answer is
@@ -97,15 +102,17 @@ _EMPTY_MESSAGE = struct.pack("!i", 0)
 _fence_lock = threading.Lock()
 
 
-def _fresh_fence_in_child() -> None:
+def _free_fence_in_child() -> None:
     # Another thread of the parent (a second manager stepping) may hold the lock at the
-    # moment of fork; the child would inherit it held, with nobody to release it.
-    global _fence_lock
-    _fence_lock = threading.Lock()
+    # moment of fork; the child would inherit it held, with nobody to release it. It is
+    # released, not replaced, because other modules hold it by name; a plain Lock may be
+    # released by any thread, and the child has only this one.
+    if _fence_lock.locked():
+        _fence_lock.release()
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_fresh_fence_in_child)
+    os.register_at_fork(after_in_child=_free_fence_in_child)
 
 
 def fence() -> None:
@@ -114,160 +121,10 @@ def fence() -> None:
         pass
 
 
-def encode_command(seq: int, kind: int) -> int:
-    """The ``CMD`` word announcing command ``seq`` of ``kind`` (``KIND_*`` | ``SHIP_TIMERS``)."""
-    return (seq << 3) | kind
-
-
 def decode_command(word: int) -> tuple[int, int]:
-    """Inverse of :func:`encode_command`: ``(seq, kind)``."""
+    """The ``(seq, kind)`` of a ``CMD`` word (``seq << 3 | kind``, stored by
+    :meth:`ParentDoorbell.announce`)."""
     return word >> 3, word & _KIND_MASK
-
-
-class WorkerDoorbell:
-    """The worker's side: wait for the next command word, report a finished step.
-
-    Args:
-        control: The whole control block (``int64[n_workers + 1, 8]``).
-        worker_index: This worker's row.
-        conn: The worker's pipe (wake-ups and pickled commands arrive here).
-        wake_fd: Write end of the parent's shared wake-up pipe.
-        spin_seconds: How long to spin before sleeping.
-        parent_alive: Called while asleep, every ``liveness`` seconds at most.
-        liveness: Longest single sleep.
-    """
-
-    def __init__(
-        self,
-        control: np.ndarray,
-        worker_index: int,
-        conn: Connection,
-        wake_fd: int,
-        spin_seconds: float,
-        parent_alive: Callable[[], bool],
-        liveness: float = 0.25,
-    ) -> None:
-        # Plain memoryviews: reading one word costs half what numpy indexing does.
-        self.row = memoryview(control[worker_index])
-        self.words = memoryview(control.reshape(-1))  # type: ignore[arg-type]
-        self.n_workers = control.shape[0] - 1
-        self.parent = memoryview(control[-1])
-        self._done = memoryview(control[: self.n_workers, DONE])  # type: ignore[arg-type]
-        self._done_column = control[: self.n_workers, DONE] if self.n_workers > 16 else None
-        self.conn = conn
-        self.wake_fd = wake_fd
-        self.spin_seconds = spin_seconds
-        self.parent_alive = parent_alive
-        self.liveness = liveness
-        self.last_seq = int(self.row[CMD]) >> 3
-
-    def wait(self) -> tuple[int, int] | bytes | None:
-        """Block until a new command.
-
-        Returns:
-            ``(seq, kind)`` for a step announced in shared memory, the raw bytes
-            of a pickled command that arrived on the pipe, or ``None`` when the
-            parent is gone.
-        """
-        row = self.row
-        word = int(row[CMD])
-        if word >> 3 > self.last_seq:
-            return self._take(word)
-        while self.conn.poll():  # a command sent without a word (close), or stale wake-ups
-            got = self._read_pipe()
-            if got != b"":
-                return got
-        spin = self.spin_seconds
-        if spin > 0.0:
-            deadline = perf_counter() + spin
-            while True:
-                os.sched_yield()
-                word = int(row[CMD])
-                if word >> 3 > self.last_seq:
-                    return self._take(word)
-                if perf_counter() > deadline:
-                    break
-        backoff = 0.001
-        parent = self.parent
-        while True:
-            row[SLEEPING] = 1
-            parent[SLEEPERS] = 1  # after SLEEPING: a parent that sees this sees that
-            fence()
-            word = int(row[CMD])
-            if word >> 3 > self.last_seq:
-                row[SLEEPING] = 0
-                return self._take(word)
-            ready = self.conn.poll(backoff)
-            row[SLEEPING] = 0
-            if ready:
-                got = self._read_pipe()
-                if got != b"":
-                    return got
-                continue  # a wake-up: the command word has changed
-            backoff = min(backoff * 2, self.liveness)
-            if backoff >= self.liveness and not self.parent_alive():
-                return None
-
-    def _take(self, word: int) -> tuple[int, int] | bytes | None:
-        seq, kind = decode_command(word)
-        if kind & KIND_PIPE:
-            # The message was sent before the word was stored, so it is there.
-            while True:
-                got = self._read_pipe()
-                if got != b"":
-                    return got
-        self.last_seq = seq
-        return seq, kind
-
-    def _read_pipe(self) -> bytes | None:
-        try:
-            data = self.conn.recv_bytes()
-        except (EOFError, OSError):
-            return None
-        return data
-
-    def saw(self, seq: int) -> None:
-        """Record that command ``seq`` (which arrived on the pipe) is being handled."""
-        if seq > self.last_seq:
-            self.last_seq = seq
-
-    def _all_done(self, seq: int) -> bool:
-        # min() over a memoryview is cheapest for a few workers; one numpy reduction
-        # beyond (the memoryview makes an int object per word).
-        if self._done_column is not None:
-            return int(self._done_column.min()) >> 1 >= seq
-        return min(self._done) >> 1 >= seq  # type: ignore[no-any-return]
-
-    def step_done(self, seq: int, has_message: bool) -> None:
-        """Publish that step ``seq`` finished; wake the parent if it waits for this.
-
-        A worker that finds every DONE word at ``seq`` stores ``ALL_DONE``, so the
-        parent's check for a whole batch reads one word. Two workers finishing at
-        once each fence before looking at the other's word, so at least one of them
-        sees both (and both may store it: the same value).
-        """
-        row, parent = self.row, self.parent
-        if has_message:
-            parent[MESSAGE] = seq  # stored before DONE: seen by whoever sees DONE
-        row[DONE] = (seq << 1) | int(has_message)
-        with _fence_lock:  # fence(), inlined: once per step
-            pass
-        if self._all_done(seq):
-            parent[ALL_DONE] = seq
-            with _fence_lock:  # ALL_DONE stored before WAITING is read (the parent's Dekker pair)
-                pass
-            wake = parent[WAITING] != NOT_WAITING
-        else:
-            wake = parent[WAITING] == WAIT_ANY
-        if wake:
-            try:
-                os.write(self.wake_fd, b"!")
-            except OSError:
-                pass
-
-    def sent(self, seq: int) -> None:
-        """Publish that the pipe answer to ``seq`` is wholly written."""
-        self.row[SENT] = seq
 
 
 class ParentDoorbell:
@@ -277,9 +134,12 @@ class ParentDoorbell:
         control: The control block.
         conns: The worker pipes (index = worker).
         wake_fd: Read end of the shared wake-up pipe (non-blocking).
+        poller: Poll set holding ``wake_fd`` and the worker sentinels.
     """
 
-    def __init__(self, control: np.ndarray, conns: list[Connection], wake_fd: int) -> None:
+    def __init__(
+        self, control: np.ndarray, conns: list[Connection], wake_fd: int, poller: select.poll
+    ) -> None:
         self.control = control
         self.words = memoryview(control.reshape(-1))  # type: ignore[arg-type]
         self.n_workers = control.shape[0] - 1
@@ -292,12 +152,12 @@ class ParentDoorbell:
         # worker: the parent's per-worker cost is what limits many-core machines.
         self._cmd_column = control[:n, CMD]
         self._done = memoryview(control[:n, DONE])  # type: ignore[arg-type]
-        self._sleeping = memoryview(control[:n, SLEEPING])  # type: ignore[arg-type]
+        self._sleepers = {mode: ParentSleeper(self, poller, mode) for mode in (WAIT_ALL, WAIT_ANY)}
 
     def announce(self, workers: Sequence[int], seq: int, kind: int) -> None:
         """Store the command word for each worker and ring those that sleep."""
         words = self.words
-        word = (seq << 3) | kind  # encode_command, inlined
+        word = (seq << 3) | kind  # the inverse of decode_command
         batch = len(workers) == self.n_workers
         if batch:  # every worker, in one store
             self._cmd_column[:] = word
@@ -366,90 +226,62 @@ class ParentDoorbell:
         """The last seq whose pipe answer worker ``w`` has wholly written."""
         return self.words[w * _ROW + SENT]  # type: ignore[no-any-return]
 
-    def done_words(self) -> list[int]:
-        """The sequence number each worker last finished."""
-        words = self.words
-        return [words[w * _ROW + DONE] >> 1 for w in range(self.n_workers)]
-
     def with_message(self) -> list[int]:
         """The workers that sent a :class:`StepResponse` with their last step."""
         words = self.words
         return [w for w in range(self.n_workers) if words[w * _ROW + DONE] & 1]
 
-    def wait(
+    def sleep_until(
         self,
-        finished: Callable[[], bool],
-        poller: select.poll,
-        timeout_ms: int,
-        mode: int = WAIT_ALL,
-    ) -> list[tuple[int, int]]:
-        """Sleep until ``finished()``, a poll event, or ``timeout_ms``.
+        ready: Callable[[], bool],
+        mode: int,
+        *,
+        spin_seconds: float = 0.0,
+        deadline: float | None = None,
+    ) -> Until | list[int]:
+        """:func:`~envmgr.backends.local.wait.wait_until` with the parent's sleep.
 
         Args:
-            finished: Re-checked after announcing the wait (no lost wake-up).
-            poller: Poll set holding the wake-up pipe and the worker sentinels.
-            timeout_ms: Longest sleep.
-            mode: ``WAIT_ALL`` (the last worker of a batch wakes us) or
-                ``WAIT_ANY`` (every finishing worker does).
+            ready: Whether the wait is over.
+            mode: ``WAIT_ALL`` (only the last worker of a batch rings) or ``WAIT_ANY``
+                (every finishing worker does).
+            spin_seconds: How long to spin first.
+            deadline: A :func:`time.monotonic` time, or ``None``.
 
         Returns:
-            The poll events other than the wake-up pipe (sentinels of dead workers).
+            ``READY``, ``DEADLINE``, or the poll events other than the
+            wake-up pipe: the sentinels of workers that exited.
         """
-        parent = self.parent
-        parent[WAITING] = mode
-        fence()
-        if finished():
-            parent[WAITING] = NOT_WAITING
-            return []
-        return self._poll(poller, timeout_ms)
+        return wait_until(ready, self._sleepers[mode], spin_seconds=spin_seconds, deadline=deadline)
 
-    def sleep_all(self, seq: int, poller: select.poll, spin_seconds: float = 0.0) -> bool:
-        """The batch step's wait: until every worker finished ``seq`` (``True``), or a
-        poll event other than the wake-up pipe, such as a dead worker's sentinel
-        (``False``: the caller's general loop sees it again).
+    def wait_all(
+        self, seq: int, spin_seconds: float = 0.0, deadline: float | None = None
+    ) -> Until | list[int]:
+        """The batch step's wait: until every worker finished ``seq``, as :meth:`sleep_until`.
 
         Reads the workers' ``ALL_DONE`` summary: one word, whatever the worker count.
-        Spins (yielding the core) for ``spin_seconds`` first, then sleeps in ``poll``
-        until the finisher rings, re-checking every few ms even without a wake-up.
-        The hot path: one function, its names bound locally.
         """
         parent = self.parent
         if parent[ALL_DONE] < seq:
-            if spin_seconds > 0.0:
-                spin_end = perf_counter() + spin_seconds
-                while parent[ALL_DONE] < seq and perf_counter() < spin_end:
-                    os.sched_yield()
-            wake_fd, poll = self.wake_fd, poller.poll
-            wait_ms = 5
-            while parent[ALL_DONE] < seq:
-                parent[WAITING] = WAIT_ALL
-                with _fence_lock:  # fence(), inlined
-                    pass
-                if parent[ALL_DONE] >= seq:
-                    parent[WAITING] = NOT_WAITING
-                    break
-                events = poll(wait_ms)
-                parent[WAITING] = NOT_WAITING
-                other = False
-                for fd, _ in events:
-                    if fd == wake_fd:
-                        self._drain()
-                    else:
-                        other = True
-                if other:
-                    return False
-                wait_ms = min(wait_ms * 2, 100)
+            got = wait_until(
+                lambda: parent[ALL_DONE] >= seq,  # type: ignore[no-any-return]
+                self._sleepers[WAIT_ALL],
+                spin_seconds=spin_seconds,
+                deadline=deadline,
+            )
+            if got is not READY:
+                return got
         # Acquire side: the batch arrays are read after the word that says they are
         # written (a no-op ordering on x86, needed on weaker memory models).
         with _fence_lock:
             pass
-        return True
+        return READY
 
     def batch_said_more(self, seq: int) -> bool:
-        """After :meth:`sleep_all`: whether a worker also sent a pipe message for ``seq``."""
+        """After :meth:`wait_all`: whether a worker also sent a pipe message for ``seq``."""
         return self.parent[MESSAGE] == seq  # type: ignore[no-any-return]
 
-    def _drain(self) -> None:
+    def drain(self) -> None:
         """Empty the wake-up pipe (usually one byte; a full read means more may be waiting)."""
         try:
             while len(os.read(self.wake_fd, 256)) == 256:
@@ -457,9 +289,44 @@ class ParentDoorbell:
         except (BlockingIOError, InterruptedError):
             pass
 
-    def _poll(self, poller: select.poll, timeout_ms: int) -> list[tuple[int, int]]:
-        """Sleep in ``poll``, stop waiting, drain the wake-up pipe; the other events."""
-        events = poller.poll(timeout_ms)
+
+class ParentSleeper:
+    """The parent's sleep (a :class:`~envmgr.backends.local.wait.Sleeper`): ``poll`` on the
+    shared wake-up pipe and the worker sentinels, announced in the ``WAITING`` word.
+
+    Args:
+        bell: The parent's doorbell.
+        poller: Poll set holding the wake-up pipe and the worker sentinels.
+        mode: What the parent waits for: ``WAIT_ALL`` or ``WAIT_ANY``.
+    """
+
+    def __init__(self, bell: ParentDoorbell, poller: select.poll, mode: int) -> None:
+        self.parent = bell.parent
+        self.wake_fd = bell.wake_fd
+        self.drain = bell.drain
+        self.poll = poller.poll
+        self.mode = mode
+
+    def announce(self) -> None:
+        """Store ``WAITING``, so that a finishing worker rings the wake-up pipe."""
+        self.parent[WAITING] = self.mode
+        with _fence_lock:  # fence(), inlined: the store is seen before ALL_DONE is read
+            pass
+
+    def withdraw(self) -> None:
+        """Clear ``WAITING``: no more wake-ups needed."""
         self.parent[WAITING] = NOT_WAITING
-        self._drain()
-        return [e for e in events if e[0] != self.wake_fd]
+
+    def sleep(self, seconds: float) -> list[int] | None:
+        """Sleep in ``poll``; the events other than the wake-up pipe, if any."""
+        events = self.poll(math.ceil(seconds * 1000))
+        self.parent[WAITING] = NOT_WAITING
+        others = None
+        for fd, _ in events:
+            if fd == self.wake_fd:
+                self.drain()
+            elif others is None:
+                others = [fd]
+            else:
+                others.append(fd)
+        return others

@@ -26,7 +26,9 @@ from typing import Any
 
 import cloudpickle
 
-from envmgr.backends.local.doorbell import SHIP_TIMERS, WorkerDoorbell
+from envmgr.backends.local.doorbell import SHIP_TIMERS
+from envmgr.backends.local.wait import READY, Quietly, wait_until
+from envmgr.backends.local.worker_doorbell import WorkerDoorbell
 from envmgr.envside.build import build_group
 from envmgr.envside.group import BuildFailed, EnvGroup, GroupSpec
 from envmgr.envside.serve import build_error, command_error, error_response, serve, serve_step
@@ -67,23 +69,25 @@ def _attach_layout(
 
 
 def _receive(conn: Connection, spin_seconds: float, parent_pid: int) -> Command | None:
-    """Wait for the next command: spin briefly (cheap wake-up), then block.
+    """Wait for the next command before the doorbell exists: spin briefly, then block.
 
     Returns ``None`` when the manager is gone (pipe closed or parent changed).
     """
-    if not conn.poll():
-        if spin_seconds > 0.0:
-            deadline = perf_counter() + spin_seconds
-            # sched_yield lets a process that needs the core (the parent, another
-            # worker) run at once: spinning without it collapses throughput when
-            # processes outnumber cores.
-            while not conn.poll():
-                if perf_counter() > deadline:
-                    break
-                os.sched_yield()
-        while not conn.poll(LIVENESS_INTERVAL):
-            if os.getppid() != parent_pid:
-                return None
+
+    def block(seconds: float) -> bool | None:
+        if conn.poll(seconds) or os.getppid() == parent_pid:
+            return None
+        return True  # the parent changed: the manager is gone
+
+    got = wait_until(
+        conn.poll,
+        Quietly(block),
+        spin_seconds=spin_seconds,
+        first_sleep=LIVENESS_INTERVAL,
+        longest_sleep=LIVENESS_INTERVAL,
+    )
+    if got is not READY:
+        return None
     try:
         return conn.recv()  # type: ignore[no-any-return]
     except (EOFError, OSError):

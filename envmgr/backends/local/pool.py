@@ -1,0 +1,312 @@
+"""The worker processes: starting them, their start-up answers, why one stopped, stopping them.
+
+:class:`WorkerPool` owns the processes of a :class:`~envmgr.backends.local.process.ProcessBackend`
+and their pipes, the poll set that watches their sentinels (with the shared wake-up
+pipe), and what is known about a lost one (:meth:`WorkerPool.lost`). Nothing here
+runs per step.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import sys
+import threading
+import types
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from multiprocessing.connection import Connection
+from time import monotonic
+from typing import Any
+
+from envmgr.backends.base import Lost, remote_exception
+from envmgr.backends.local.wait import DEADLINE, Quietly, wait_until
+from envmgr.backends.local.worker import worker_main
+from envmgr.errors import RemoteTraceback, WorkerDiedError, WorkerTimeoutError
+from envmgr.protocol.layout import Layout
+from envmgr.protocol.messages import Close, ErrorResponse, WorkerConfig
+
+__all__ = ["WorkerPool", "LostWorker"]
+
+
+class LostWorker(Exception):
+    """A worker lost before it answered a start-up phase (it died, or overran).
+
+    Attributes:
+        lost: What was lost and the error to raise for it.
+    """
+
+    def __init__(self, lost: Lost) -> None:
+        super().__init__(lost.reason)
+        self.lost = lost
+
+
+@contextmanager
+def _main_module_hidden() -> Iterator[None]:
+    """Keep spawn/forkserver children from re-running the user's ``__main__``.
+
+    Workers need nothing from ``__main__``: env factories travel by value with
+    cloudpickle. Hiding it means scripts without an ``if __name__ == "__main__"``
+    guard work under every start method.
+    """
+    main = sys.modules.get("__main__")
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        if main is not None:
+            sys.modules["__main__"] = main
+
+
+class WorkerPool:
+    """One process per group, each with a duplex pipe; the sentinels in one poll set.
+
+    Args:
+        layout: The groups.
+        payloads: Each group's cloudpickled :class:`~envmgr.envside.group.GroupSpec`.
+        ctx: The multiprocessing context.
+        spin_seconds: How long workers spin for a command before sleeping.
+    """
+
+    def __init__(
+        self, layout: Layout, payloads: list[bytes], ctx: Any, spin_seconds: float
+    ) -> None:
+        self.layout = layout
+        self._payloads = payloads
+        self._ctx = ctx
+        self._fork = ctx.get_start_method() == "fork"
+        self.spin_seconds = spin_seconds
+        self.processes: list[Any] = []
+        self.conns: list[Connection] = []
+        # One wake-up pipe for the whole manager: the last worker to finish a
+        # step writes a byte, so the parent sleeps through the whole batch.
+        self.wake_r, self.wake_w = ctx.Pipe(duplex=False)
+        os.set_blocking(self.wake_r.fileno(), False)
+        self.poller = select.poll()
+        self.poller.register(self.wake_r.fileno(), select.POLLIN)
+        self.owner: dict[int, int] = {}  # sentinel fd -> group
+        self._cut: dict[int, str] = {}  # group -> why it was stopped (see stop)
+
+    def where(self, g: int) -> str:
+        """Group ``g``'s name in messages (``"worker 1 (envs 2-3)"``)."""
+        return self.layout.where("worker", g)
+
+    # ================================================================ starting
+
+    def spawn(self, g: int, layout: Any) -> tuple[Any, Connection]:
+        """Start worker ``g``'s process; with ``layout`` it attaches to shared memory at once."""
+        parent_conn, child_conn = self._ctx.Pipe(duplex=True)
+        inherited = [parent_conn, self.wake_r, *(c for i, c in enumerate(self.conns) if i != g)]
+        config = WorkerConfig(
+            worker_index=g,
+            group=self._payloads[g],
+            spin_seconds=self.spin_seconds,
+            manager_pid=os.getpid(),
+            # A forked child inherits the parent's ends of the pipes; it closes
+            # them so that a dead parent reads as end-of-file.
+            fds_to_close=tuple(c.fileno() for c in inherited) if self._fork else (),
+            layout=layout,
+            death_signal=threading.current_thread() is threading.main_thread(),
+        )
+        proc = self._ctx.Process(
+            target=worker_main,
+            args=(child_conn, self.wake_w, config),
+            name=f"envmgr-worker-{g}",
+            daemon=True,
+        )
+        with _main_module_hidden():
+            proc.start()
+        child_conn.close()
+        self.watch(g, proc.sentinel)
+        return proc, parent_conn
+
+    def watch(self, g: int, sentinel: int) -> None:
+        """Poll ``sentinel`` as group ``g``'s (again, if it was unregistered)."""
+        self.poller.register(sentinel, select.POLLIN)
+        self.owner[sentinel] = g
+
+    def forget(self, g: int) -> None:
+        """Kill group ``g``'s process if alive, stop watching it, close its pipe."""
+        old = self.processes[g]
+        if old.is_alive():
+            old.kill()
+        old.join(5.0)
+        try:
+            self.poller.unregister(old.sentinel)
+        except (KeyError, ValueError):
+            pass
+        self.owner.pop(old.sentinel, None)
+        self.conns[g].close()
+        self._cut.pop(g, None)
+        try:
+            old.close()
+        except ValueError:
+            pass
+
+    def handshake(
+        self, groups: Sequence[int] | range, phase: str, timeout: float | None
+    ) -> list[Any]:
+        """Read one pipe answer from each group before the doorbell exists (start-up).
+
+        Raises:
+            LostWorker: A group exited or overran ``timeout`` before answering.
+        """
+        deadline = None if timeout is None else monotonic() + timeout
+        pending = sorted(set(groups))
+        conns, processes = self.conns, self.processes
+
+        def missing() -> list[int]:
+            # Neither an answer nor an exit yet: all the wait may sleep on (an answer
+            # already there or an exited process would end every sleep at once).
+            return [g for g in pending if not conns[g].poll() and processes[g].exitcode is None]
+
+        def block(seconds: float) -> None:
+            waiting = missing()
+            if not waiting:
+                return
+            watched = [conns[g] for g in waiting] + [processes[g].sentinel for g in waiting]
+            select.select(watched, [], [], seconds)
+
+        got = wait_until(
+            lambda: not missing(),
+            Quietly(block),
+            deadline=deadline,
+            first_sleep=0.05,
+            longest_sleep=0.05,
+        )
+        if got is DEADLINE:
+            late = missing()
+            if late:
+                why = f"it did not answer {phase} within {timeout} s"
+                raise LostWorker(self.lost(late[0], why, True))
+        answers: dict[int, Any] = {}
+        for g in pending:
+            try:
+                answers[g] = conns[g].recv() if conns[g].poll() else None
+            except (EOFError, OSError):
+                answers[g] = None
+        errors = [a for a in answers.values() if isinstance(a, ErrorResponse)]
+        if errors:
+            err = errors[0]
+            g = err.worker_index
+            exc = remote_exception(err, self.where(g), self.layout.range(g))
+            raise exc from RemoteTraceback(err.traceback)
+        for g, a in answers.items():
+            if a is None:
+                raise LostWorker(self.lost(g, self.exit_reason(g, phase)[0], False))
+        return [answers[g] for g in pending]
+
+    # ================================================================ losing
+
+    def recv(self, g: int) -> Any:
+        """One message from group ``g``; a read cut off by an exception gives the pipe up.
+
+        ``Connection.recv`` reads a message's length, then its bytes, in Python: an
+        exception raised by a signal handler in between (Ctrl-C's KeyboardInterrupt)
+        leaves the rest in the pipe, and the next read would take it for a length
+        and wait for ever. The worker is stopped instead, so the next call meets a
+        lost worker: replaced under the restart policy, or a clear failure.
+        """
+        try:
+            return self.conns[g].recv()
+        except (EOFError, OSError):
+            raise
+        except BaseException as exc:
+            self.give_up_pipe(g, exc)
+            raise
+
+    def give_up_pipe(self, g: int, exc: BaseException) -> None:
+        """Stop group ``g``, whose pipe ``exc`` may have cut mid-message (see :meth:`recv`)."""
+        why = f"its pipe was cut mid-message by {type(exc).__name__} in this process"
+        self.stop(g, f"{why}, so it was stopped")
+
+    def stop(self, g: int, why: str) -> None:
+        """Kill group ``g``'s process; the next wait reports it lost, saying ``why``."""
+        self._cut[g] = why
+        proc = self.processes[g]
+        if proc.is_alive():
+            proc.kill()
+
+    def exit_reason(
+        self, g: int, phase: str, seq: int | None = None
+    ) -> tuple[str, ErrorResponse | None]:
+        """Why worker ``g`` stopped answering; with the error it reported before exiting, if any."""
+        if g in self._cut:
+            return self._cut[g], None
+        conn = self.conns[g]
+        try:
+            while conn.poll():
+                msg = self.recv(g)
+                if isinstance(msg, ErrorResponse) and msg.seq in (seq, -1):
+                    return "", msg
+        except (EOFError, OSError):
+            pass
+        proc = self.processes[g]
+        proc.join(0.5)
+        code = proc.exitcode
+        if code is None:
+            how = "stopped answering"
+        elif code < 0:
+            try:
+                how = f"was killed by signal {signal.Signals(-code).name} (exit code {code})"
+            except ValueError:
+                how = f"was killed by signal {-code}"
+        else:
+            how = f"exited with code {code}"
+        return f"it {how} during {phase}", None
+
+    def lost(self, g: int, reason: str, timed_out: bool) -> Lost:
+        """Group ``g`` lost for ``reason``, with the error to raise if it is not replaced."""
+        message = f"{self.where(g)}: {reason}"
+        envs = self.layout.range(g)
+        if timed_out:
+            return Lost(reason, WorkerTimeoutError(message, g, envs))
+        code = self.processes[g].exitcode if g < len(self.processes) else None
+        return Lost(reason, WorkerDiedError(message, g, envs, code))
+
+    # ================================================================ stopping
+
+    def shutdown(self, close_timeout: float, told: Callable[[list[int]], None]) -> None:
+        """Tell every live worker to close, let ``told`` flag it, and stop them all.
+
+        Args:
+            close_timeout: Seconds to wait for the workers to exit before killing them.
+            told: Called with the workers sent ``Close`` (flags it in their command words).
+        """
+        procs, conns = self.processes, self.conns
+        self.processes, self.conns = [], []
+        sent = []
+        for w, (proc, conn) in enumerate(zip(procs, conns, strict=True)):
+            if proc.is_alive():
+                try:
+                    conn.send(Close(0))
+                    sent.append(w)
+                except Exception:
+                    pass
+        if sent:
+            told(sent)
+        deadline = monotonic() + close_timeout
+        for proc in procs:
+            proc.join(max(0.0, deadline - monotonic()))
+        for proc in procs:
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(1.0)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(1.0)
+        wake = [self.wake_r, self.wake_w]
+        self.wake_r = self.wake_w = None  # type: ignore[assignment]
+        for pipe_end in [*conns, *wake]:
+            if pipe_end is not None:
+                try:
+                    pipe_end.close()
+                except OSError:
+                    pass  # closed by its own finalizer first (a manager collected in a cycle)
+        for proc in procs:
+            try:
+                proc.close()
+            except ValueError:
+                pass
+        self.owner.clear()
