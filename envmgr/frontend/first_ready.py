@@ -43,21 +43,7 @@ class FirstReady:
         self._actions = actions
 
     def send(self, actions: Any, env_ids: Sequence[int] | np.ndarray | None = None) -> None:
-        """Start stepping some envs without waiting (EnvPool's ``send``).
-
-        Together with :meth:`recv` this gives first-ready stepping: each group
-        runs as soon as it has actions, and ``recv`` returns whichever finish
-        first, so one slow env no longer holds the whole batch back.
-
-        Args:
-            actions: Batched actions for ``env_ids`` (row ``j`` for ``env_ids[j]``).
-            env_ids: Global env indices to step; they must be whole groups (as
-                :meth:`recv` returns them). ``None`` steps every env.
-
-        Raises:
-            ValueError: Ids out of range or that split a group.
-            AlreadyPendingCallError: A chosen group already has a step in flight.
-        """
+        """:meth:`~envmgr.frontend.vector_env.BatchedVectorEnv.send`: whole groups only."""
         session = self._session
         backend = session.usable("send")
         pending = session.state.call
@@ -89,12 +75,7 @@ class FirstReady:
         seed: int | Sequence[int | None] | None = None,
         options: dict[str, Any] | None = None,
     ) -> None:
-        """Reset every env without waiting; :meth:`recv` returns the groups as they finish.
-
-        A first-ready loop can start with this instead of ``reset()`` then
-        ``send()``: each group starts stepping as soon as its own reset is
-        received. Resets come back from :meth:`recv` with zero rewards and no flags.
-        """
+        """:meth:`~envmgr.frontend.vector_env.BatchedVectorEnv.async_reset`."""
         session = self._session
         session.idle("async_reset")
         if options is not None and "reset_mask" in options:
@@ -104,17 +85,8 @@ class FirstReady:
     def recv(
         self, batch_size: int | None = None, timeout: float | None = None
     ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any], np.ndarray]:
-        """Return the first groups to finish their :meth:`send` (EnvPool's ``recv``).
-
-        Args:
-            batch_size: Envs to return, rounded up to whole groups; defaults to one
-                group. Capped at what is in flight.
-            timeout: Seconds to wait; defaults to the manager's ``step_timeout``.
-
-        Returns:
-            ``(obs, rewards, terminations, truncations, infos, env_ids)`` for the
-            returned envs, in ``env_ids`` order (ascending group index).
-        """
+        """:meth:`~envmgr.frontend.vector_env.BatchedVectorEnv.recv`: ``(obs, rewards,
+        terminations, truncations, infos, env_ids)`` of the first groups done."""
         session = self._session
         backend = session.usable("recv")
         inflight = session.state.in_flight

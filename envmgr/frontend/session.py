@@ -22,19 +22,11 @@ from gymnasium.vector import AutoresetMode
 
 from envmgr import timers
 from envmgr.backends.base import Backend, Lost, Waited, remote_exception
-from envmgr.errors import (
-    AlreadyPendingCallError,
-    BrokenManagerError,
-    BrokenWorkerError,
-    ClosedManagerError,
-    NoAsyncCallError,
-    RemoteTraceback,
-    WorkerFailure,
-)
+from envmgr.errors import BrokenWorkerError, RemoteTraceback, WorkerFailure
+from envmgr.frontend.resets import reset_arguments
 from envmgr.frontend.restarts import RestartBudget
 from envmgr.frontend.results import BatchReader
 from envmgr.frontend.state import CLOSED, IDLE, CallKind, PendingCall, Phase, State
-from envmgr.frontend.validation import reset_arguments
 from envmgr.protocol.messages import FlushTimers, Ready, Reset, StepResponse
 from envmgr.protocol.shared_memory import SharedBuffers
 from envmgr.timers.merge import WorkerTimers
@@ -120,33 +112,14 @@ class Session:
 
     def usable(self, name: str) -> Backend:
         """The backend, unless the manager is closed or broken (then say so for call ``name``)."""
-        state = self.state
-        if state.phase is Phase.CLOSED:
-            raise ClosedManagerError.on(self.owner, name)
-        failure = state.cause
-        if failure is not None:
-            w = getattr(failure, "worker_index", -1)
-            envs = getattr(failure, "env_indices", ())
-            # str() of a KeyboardInterrupt (an interrupted restart) is empty: name its type.
-            why = str(failure) or type(failure).__name__
-            raise BrokenManagerError(
-                f"cannot {name}: the manager is broken ({why})", w, envs
-            ) from failure
+        self.state.check_usable(self.owner, name)
         return self.backend
 
     def idle(self, name: str) -> Backend:
         """The backend, if no call is pending and no ``send()`` step in flight."""
-        state = self.state
-        if state is IDLE:
-            return self.backend
-        self.usable(name)
-        if state.call is not None:
-            raise AlreadyPendingCallError.on(name, state.call.kind.value)
-        raise AlreadyPendingCallError(
-            f"cannot {name} while {self.nouns} {sorted(state.in_flight)} have send() "
-            "steps in flight: recv() them first",
-            "send",
-        )
+        if self.state is not IDLE:
+            self.state.check_idle(self.owner, self.nouns, name)
+        return self.backend
 
     def begin(self, call: PendingCall) -> None:
         """``call`` was sent: it is pending until :meth:`take`."""
@@ -154,10 +127,7 @@ class Session:
 
     def take(self, kind: CallKind) -> PendingCall:
         """End the pending ``kind`` call and return it."""
-        self.usable(f"{kind.value}_wait")
-        call = self.state.call
-        if call is None or call.kind is not kind:
-            raise NoAsyncCallError.on(kind.value, None if call is None else call.kind.value)
+        call = self.state.check_pending(self.owner, kind)
         self.state = IDLE
         return call
 

@@ -21,6 +21,13 @@ from enum import Enum
 from types import MappingProxyType
 from typing import Any
 
+from envmgr.errors import (
+    AlreadyPendingCallError,
+    BrokenManagerError,
+    ClosedManagerError,
+    NoAsyncCallError,
+)
+
 __all__ = ["Phase", "CallKind", "PendingCall", "State", "IDLE", "CLOSED"]
 
 
@@ -120,6 +127,53 @@ class State:
     def closed(self) -> bool:
         """Whether the manager takes no more calls (broken or closed)."""
         return self.phase is Phase.BROKEN or self.phase is Phase.CLOSED
+
+    def check_usable(self, owner: str, name: str) -> None:
+        """Refuse call ``name`` of manager class ``owner`` if closed or broken.
+
+        Raises:
+            ClosedManagerError: The user closed the manager (or it never opened).
+            BrokenManagerError: A failure broke it; caused by that failure.
+        """
+        if self.phase is Phase.CLOSED:
+            raise ClosedManagerError.on(owner, name)
+        failure = self.cause
+        if failure is not None:
+            w = getattr(failure, "worker_index", -1)
+            envs = getattr(failure, "env_indices", ())
+            # str() of a KeyboardInterrupt (an interrupted restart) is empty: name its type.
+            why = str(failure) or type(failure).__name__
+            raise BrokenManagerError(
+                f"cannot {name}: the manager is broken ({why})", w, envs
+            ) from failure
+
+    def check_idle(self, owner: str, nouns: str, name: str) -> None:
+        """Refuse a new call ``name`` unless idle (``nouns``: what groups are called).
+
+        Raises:
+            AlreadyPendingCallError: A call is pending, or ``send()`` steps are in flight.
+        """
+        self.check_usable(owner, name)
+        if self.call is not None:
+            raise AlreadyPendingCallError.on(name, self.call.kind.value)
+        if self.in_flight:
+            raise AlreadyPendingCallError(
+                f"cannot {name} while {nouns} {sorted(self.in_flight)} have send() "
+                "steps in flight: recv() them first",
+                "send",
+            )
+
+    def check_pending(self, owner: str, kind: CallKind) -> PendingCall:
+        """The pending call, if it is a ``kind`` call (``<kind>_wait`` may end it).
+
+        Raises:
+            NoAsyncCallError: No ``kind`` call is pending.
+        """
+        self.check_usable(owner, f"{kind.value}_wait")
+        call = self.call
+        if call is None or call.kind is not kind:
+            raise NoAsyncCallError.on(kind.value, None if call is None else call.kind.value)
+        return call
 
     def landed(self, groups: Iterable[int]) -> State:
         """This state with ``groups`` no longer in flight (other states are kept)."""

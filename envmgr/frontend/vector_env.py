@@ -274,7 +274,7 @@ class BatchedVectorEnv(VectorEnv):  # type: ignore[type-arg]
 
         Together with :meth:`recv` this gives first-ready stepping: each group
         runs as soon as it has actions, and ``recv`` returns whichever finish
-        first, so one slow env no longer holds the whole batch back.
+        first, so one slow env does not hold the whole batch back.
 
         Args:
             actions: Batched actions for ``env_ids`` (row ``j`` for ``env_ids[j]``).
