@@ -334,20 +334,24 @@ class BatchedVectorEnv(VectorEnv):  # type: ignore[type-arg]
 
         Closing with a call pending warns as ``AsyncVectorEnv`` does; the call is dropped.
         """
-        self._close(flush=True)
+        self._close(clean=True)
 
-    def _close(self, flush: bool) -> None:
+    def _close(self, clean: bool) -> None:
+        """Stop everything. ``clean``: no exception is leaving a ``with`` block, so a pending
+        call is warned about (an exception says more) and unshipped timings are pulled."""
         session: Session | None = getattr(self, "_session", None)
         try:
-            if session is None:
+            if session is None or not clean:
                 return
             pending = session.state.call
             if pending is not None:
+                # stacklevel: the warning points at the caller of close() or of __exit__.
                 logger.warn(
                     f"Calling `close` while waiting for a pending call to "
-                    f"`{pending.kind.value}` to complete."
+                    f"`{pending.kind.value}` to complete.",
+                    stacklevel=3,
                 )
-            elif flush and session.state is IDLE:
+            elif session.state is IDLE:
                 try:
                     # Bounded: timings are a courtesy at close, never a reason to hang.
                     session.flush_timers(getattr(self._backend, "close_timeout", 5.0))
@@ -373,7 +377,7 @@ class BatchedVectorEnv(VectorEnv):  # type: ignore[type-arg]
     def __exit__(self, exc_type: object, *exc: object) -> None:
         # An exception leaving the block (Ctrl-C above all) may have cut a pipe read off
         # mid-message: ask the groups for nothing more (no timer flush), just stop them.
-        self._close(flush=exc_type is None)
+        self._close(clean=exc_type is None)
 
     def __del__(self) -> None:
         # Safety net only: the interpreter may be half torn down here.
