@@ -31,6 +31,7 @@ __all__ = [
     "ClosedManagerError",
     "AlreadyPendingCallError",
     "NoAsyncCallError",
+    "SpaceMismatchError",
     "WorkerFailure",
     "WorkerDiedError",
     "WorkerTimeoutError",
@@ -92,6 +93,14 @@ class NoAsyncCallError(UsageError, gym_error.NoAsyncCallError):
         """``AsyncVectorEnv``'s message for ``<kind>_wait``, then what is pending instead."""
         other = "" if pending is None else f" (a {pending} call is pending)"
         return cls(f"Calling `{kind}_wait` without any prior call to `{kind}_async`.{other}", kind)
+
+
+class SpaceMismatchError(EnvMgrError, ValueError, RuntimeError):
+    """The envs' observation or action spaces differ; the message names both sides.
+
+    A ``RuntimeError``, which ``AsyncVectorEnv`` raises for this, and a ``ValueError``,
+    since what was wrong is the input: the env factories given.
+    """
 
 
 class WorkerFailure(EnvMgrError):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import multiprocessing as mp
+import re
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -93,3 +95,59 @@ def test_unsupported_asyncvectorenv_arguments_say_so() -> None:
         SubprocessEnvManager([_cartpole] * 2, worker=lambda *a: None)
     with pytest.raises(ValueError, match="observation_mode"):
         SubprocessEnvManager([_cartpole] * 2, observation_mode="different")
+
+
+def _start(call: str, envs: Any) -> None:
+    """Leave ``call`` pending on ``envs`` (``"none"``: leave nothing pending)."""
+    envs.reset(seed=0)
+    if call == "step":
+        envs.step_async(np.zeros(2, dtype=np.int64))
+    elif call == "reset":
+        envs.reset_async(seed=1)
+    elif call == "call":
+        envs.call_async("get_wrapper_attr", "gravity")
+
+
+def _close_warnings(envs: Any) -> list[tuple[type[Warning], str]]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        envs.close()
+    return [(w.category, str(w.message)) for w in caught]
+
+
+@pytest.mark.parametrize("call", ["step", "reset", "call", "none"])
+def test_close_with_a_call_pending_warns_as_async_vector_env(backend: Backend, call: str) -> None:
+    reference = AsyncVectorEnv([_cartpole] * 2, context="fork")
+    _start(call, reference)
+    expected = _close_warnings(reference)
+    envs = backend([_cartpole] * 2, 2, 1, context="fork")
+    try:
+        _start(call, envs)
+    finally:
+        got = _close_warnings(envs)
+    if call != "none":
+        assert len(expected) == 1, expected
+        assert (
+            f"Calling `close` while waiting for a pending call to `{call}` to complete."
+            in (expected[0][1])
+        )
+    assert got == expected
+    assert envs.closed
+
+
+def _pendulum() -> gym.Env:  # type: ignore[type-arg]
+    return gym.make("Pendulum-v1")
+
+
+def test_envs_whose_spaces_differ_raise_a_runtime_error_naming_both(backend: Backend) -> None:
+    with pytest.raises(RuntimeError):
+        AsyncVectorEnv([_cartpole, _pendulum], context="fork")
+    with pytest.raises(RuntimeError) as ei:
+        backend([_cartpole, _cartpole, _pendulum, _pendulum], 2, 2, context="fork")
+    message = str(ei.value)
+    cartpole, pendulum = _cartpole().observation_space, _pendulum().observation_space
+    # Ray names its actor's node and pid between the envs and the space.
+    theirs = re.escape(f"has observation_space {pendulum}, but ")
+    assert re.search(rf"1 \(envs 2-3\).* {theirs}", message), message
+    assert f" 0 (env 0) has {cartpole}" in message
+    assert isinstance(ei.value, ValueError)  # what envmgr's own callers catch

@@ -50,7 +50,7 @@ def test_lost_group_is_replaced_then_the_budget_breaks_the_manager(backend: Back
         np.testing.assert_array_equal(trunc, [False, False, True, True])
         np.testing.assert_array_equal(infos["_envmgr_restarted"], [False, False, True, True])
         note = infos["envmgr_restarted"][2]
-        assert f"{envs.group_noun[:-1]} 1 (envs 2-3)" in note.split(": ")[0]
+        assert f"{envs.group_noun_singular} 1 (envs 2-3)" in note.split(": ")[0]
         assert envs.restarts == [0, 1]
         (failure,) = envs.failures
         assert isinstance(failure, WorkerDiedError) and failure.env_indices == (2, 3)

@@ -401,11 +401,13 @@ def test_close_after_an_exception_inside_with_cleans_up() -> None:
 
 
 def test_close_with_a_pending_reset() -> None:
-    """close() with a reset in flight neither waits for it nor leaves anything behind."""
-    with SubprocessEnvManager(DictObsEnv, 2, 1, context="fork") as envs:
-        tokens = [process_token(p) for p in envs.worker_pids]
-        segment = segment_of(envs.worker_pids)
-        envs.reset_async(seed=0)
+    """close() with a reset in flight neither waits for it nor leaves anything behind; it
+    warns as AsyncVectorEnv does."""
+    with pytest.warns(UserWarning, match="pending call to `reset` to complete"):
+        with SubprocessEnvManager(DictObsEnv, 2, 1, context="fork") as envs:
+            tokens = [process_token(p) for p in envs.worker_pids]
+            segment = segment_of(envs.worker_pids)
+            envs.reset_async(seed=0)
     assert envs.closed
     assert not wait_gone(tokens, timeout=0.0), "close() returned with workers alive"
     assert not segment_path(segment).exists()

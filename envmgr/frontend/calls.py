@@ -1,57 +1,28 @@
-"""Calls: the pending-call state, and ``call`` / ``get_attr`` / ``set_attr`` / ``apply``.
+"""Per-env calls: ``call`` / ``get_attr`` / ``set_attr`` / ``apply``, a part of the front end.
 
-A manager has at most one pending ``*_async`` call, described by a typed
-:class:`PendingCall` (like Gymnasium's ``AsyncState``); ``send()`` steps in
-flight are tracked per group apart from it (a group -> sequence number map),
-since several may be outstanding. :class:`CallsMixin` is the front end's
-per-env call API: only the groups owning the chosen envs are contacted.
+:class:`Calls` holds the manager's :class:`~envmgr.frontend.session.Session` and
+goes through it: a call is pending in the session's one state between
+``call_async`` and ``call_wait``. Only the groups owning the chosen envs are
+contacted, and each env's result is put back in ``env_ids`` order.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from enum import Enum
-from typing import Any, Protocol
+from typing import Any
 
 import cloudpickle
 import numpy as np
 
-from envmgr.backends.base import Backend
+from envmgr.frontend.session import Session
+from envmgr.frontend.state import CallKind, PendingCall
 from envmgr.protocol.layout import Layout
 from envmgr.protocol.messages import Apply, Call, SetAttr
 
-__all__ = ["CallKind", "PendingCall", "CallsMixin", "targets_of"]
+__all__ = ["Calls", "targets_of"]
 
-
-class CallKind(Enum):
-    """What a pending ``*_async`` call was."""
-
-    RESET = "reset"
-    STEP = "step"
-    CALL = "call"
-
-
-@dataclass(slots=True)
-class PendingCall:
-    """A call sent to some groups whose answers are not read yet.
-
-    Attributes:
-        kind: What the call was.
-        seqs: Sequence number each group's answer will echo, by group.
-        ship: Whether the groups ship their timer trees with the answers.
-        commands: The command sent to each group, to send again to a replacement
-            (resets only).
-        phase: How messages name the call (``"step"``, ``"call('render')"``).
-        order: For calls: ``(group, position in the group's answer)`` per result.
-    """
-
-    kind: CallKind
-    seqs: dict[int, int]
-    ship: bool = False
-    commands: dict[int, Any] | None = None
-    phase: str = ""
-    order: tuple[tuple[int, int], ...] | list[tuple[int, int]] = ()
+#: Builds the command for one group: ``(group, seq, its local env ids or None) -> command``.
+_Make = Callable[[int, int, tuple[int, ...] | None], Any]
 
 
 def targets_of(
@@ -83,106 +54,64 @@ def targets_of(
     return {g: tuple(v) for g, v in local.items()}, order
 
 
-class _FrontEnd(Protocol):
-    """What :class:`CallsMixin` uses of the front end."""
+class Calls:
+    """The per-env call API of a manager, over its session.
 
-    num_envs: int
-    step_timeout: float | None
-    _layout: Layout
-    _pending: PendingCall | None
+    Args:
+        session: The manager's session.
+    """
 
-    def _check_idle(self, name: str) -> Backend: ...
-    def _take_pending(self, kind: CallKind) -> PendingCall: ...
-    def _next_seq(self) -> int: ...
-    def _timeout(self, timeout: float | None) -> float | None: ...
-    def _await(
-        self, seqs: dict[int, int], timeout: float | None, phase: str
-    ) -> tuple[dict[int, Any], Any]: ...
-    def _post_call(
-        self,
-        name: str,
-        phase: str,
-        env_ids: Sequence[int] | None,
-        make: Callable[[int, int, tuple[int, ...] | None], Any],
-    ) -> PendingCall: ...
-    def call_async(
-        self, name: str, *args: Any, env_ids: Sequence[int] | None = None, **kwargs: Any
-    ) -> None: ...
-    def call_wait(self, timeout: float | None = None) -> tuple[Any, ...]: ...
-    def call(
-        self, name: str, *args: Any, env_ids: Sequence[int] | None = None, **kwargs: Any
-    ) -> tuple[Any, ...]: ...
-
-
-class CallsMixin:
-    """The per-env call API of :class:`~envmgr.frontend.vector_env.BatchedVectorEnv`."""
-
-    _pending: PendingCall | None = None
+    def __init__(self, session: Session) -> None:
+        self._session = session
 
     def call_async(
-        self: _FrontEnd, name: str, *args: Any, env_ids: Sequence[int] | None = None, **kwargs: Any
+        self, name: str, *args: Any, env_ids: Sequence[int] | None = None, **kwargs: Any
     ) -> None:
-        """Send :meth:`call` to the groups without waiting (as ``AsyncVectorEnv``)."""
-        self._pending = self._post_call(
+        """Send ``call(name, ...)`` to the groups without waiting."""
+        call = self._post(
             "call_async",
             f"call({name!r})",
             env_ids,
             lambda g, seq, ids: Call(seq, name, args, kwargs, ids),
         )
+        self._session.begin(call)
 
-    def call_wait(self: _FrontEnd, timeout: float | None = None) -> tuple[Any, ...]:
+    def call_wait(self, timeout: float | None = None) -> tuple[Any, ...]:
         """Wait for the call sent by :meth:`call_async`; one result per env."""
-        call = self._take_pending(CallKind.CALL)
-        answers, _ = self._await(call.seqs, self._timeout(timeout), call.phase)
+        session = self._session
+        call = session.take(CallKind.CALL)
+        answers, _ = session.wait(call.seqs, session.timeout(timeout), call.kind, call.label)
         return tuple(answers[g].results[k] for g, k in call.order)
 
     def call(
-        self: _FrontEnd, name: str, *args: Any, env_ids: Sequence[int] | None = None, **kwargs: Any
+        self, name: str, *args: Any, env_ids: Sequence[int] | None = None, **kwargs: Any
     ) -> tuple[Any, ...]:
-        """Call method ``name`` (or read attribute ``name``) of each env (of ``env_ids``).
-
-        Only the groups owning the chosen envs are contacted. Returns one result per
-        env, in ``env_ids`` order.
-        """
+        """Call method ``name`` (or read attribute ``name``) of each chosen env."""
         self.call_async(name, *args, env_ids=env_ids, **kwargs)
         return self.call_wait()
 
-    def get_attr(
-        self: _FrontEnd, name: str, env_ids: Sequence[int] | None = None
-    ) -> tuple[Any, ...]:
-        """Read attribute ``name`` of each env (of ``env_ids``)."""
-        return self.call(name, env_ids=env_ids)
-
-    def render(self: _FrontEnd) -> tuple[Any, ...]:
-        """Each env's ``render()`` result."""
-        return self.call("render")
-
     def apply(
-        self: _FrontEnd,
+        self,
         fn: Callable[..., Any],
         *args: Any,
         env_ids: Sequence[int] | None = None,
         **kwargs: Any,
     ) -> tuple[Any, ...]:
-        """Run ``fn(env, *args, **kwargs)`` in the workers, for each env (of ``env_ids``).
-
-        ``fn`` travels with cloudpickle. Returns one result per env, in ``env_ids`` order.
-        """
+        """Run ``fn(env, *args, **kwargs)`` where each chosen env lives (``fn`` cloudpickled)."""
         try:
             blob = cloudpickle.dumps(fn)
         except Exception as exc:
             raise ValueError(f"apply(): {fn!r} cannot be pickled: {exc}") from exc
-        self._pending = self._post_call(
+        call = self._post(
             "apply", "apply", env_ids, lambda g, seq, ids: Apply(seq, blob, args, kwargs, ids)
         )
+        self._session.begin(call)
         return self.call_wait()
 
-    def set_attr(
-        self: _FrontEnd, name: str, values: Any, env_ids: Sequence[int] | None = None
-    ) -> None:
-        """Set attribute ``name`` of each env (of ``env_ids``): one value for all, or a list/tuple
-        with one per chosen env."""
-        n = self.num_envs if env_ids is None else len(env_ids)
+    def set_attr(self, name: str, values: Any, env_ids: Sequence[int] | None = None) -> None:
+        """Set attribute ``name`` of each chosen env: one value for all, or one per env."""
+        session = self._session
+        n = session.layout.num_envs if env_ids is None else len(env_ids)
         if not isinstance(values, (list, tuple)):
             values = [values] * n
         if len(values) != n:
@@ -192,28 +121,28 @@ class CallsMixin:
                     f"environments. Got `{len(values)}` values for {n} environments."
                 )
             raise ValueError(f"got {len(values)} values for {n} envs (env_ids)")
-        targets, order = targets_of(self._layout, env_ids)
+        targets, order = targets_of(session.layout, env_ids)
         per_group: dict[int, list[Any]] = {g: [] for g in targets}
         for (g, _), v in zip(order, values, strict=True):
             per_group[g].append(v)
-        call = self._post_call(
+        call = self._post(
             "set_attr",
             "set_attr",
             env_ids,
             lambda g, seq, ids: SetAttr(seq, name, tuple(per_group[g]), ids),
         )
-        self._await(call.seqs, self.step_timeout, "set_attr")
+        session.wait(call.seqs, session.step_timeout, call.kind, call.label)
 
-    def _post_call(
-        self: _FrontEnd,
-        name: str,
-        phase: str,
-        env_ids: Sequence[int] | None,
-        make: Callable[[int, int, tuple[int, ...] | None], Any],
+    def _post(
+        self, name: str, label: str, env_ids: Sequence[int] | None, make: _Make
     ) -> PendingCall:
-        backend = self._check_idle(name)
-        targets, order = targets_of(self._layout, env_ids)
-        seq = self._next_seq()
+        """Send ``make``'s command to each group owning a chosen env (refused unless idle)."""
+        session = self._session
+        backend = session.idle(name)
+        targets, order = targets_of(session.layout, env_ids)
+        seq = session.next_seq()
         commands = {g: make(g, seq, ids) for g, ids in targets.items()}
         backend.post(commands)
-        return PendingCall(CallKind.CALL, dict.fromkeys(commands, seq), phase=phase, order=order)
+        return PendingCall(
+            CallKind.CALL, dict.fromkeys(commands, seq), label=label, order=tuple(order)
+        )

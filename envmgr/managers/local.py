@@ -125,6 +125,7 @@ class SubprocessEnvManager(BatchedVectorEnv):
     """
 
     group_noun = "workers"
+    group_noun_singular = "worker"
 
     def __init__(
         self,

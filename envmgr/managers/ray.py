@@ -181,6 +181,7 @@ class RayEnvManager(BatchedVectorEnv):
     """
 
     group_noun = "actors"
+    group_noun_singular = "actor"
 
     def __init__(
         self,
@@ -313,7 +314,7 @@ class RayEnvManager(BatchedVectorEnv):
     @property
     def actors_in_flight(self) -> list[int]:
         """Actors sent a step or reset (:meth:`send` / :meth:`async_reset`) not yet received."""
-        return sorted(self._inflight)
+        return self._groups_in_flight()
 
     @property
     def restarts(self) -> list[int]:

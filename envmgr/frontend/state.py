@@ -1,0 +1,189 @@
+"""The front end's one state: what a manager is doing between two public calls.
+
+Like Gymnasium's ``AsyncState``, one value says what may come next, and like trio's
+``BrokenResourceError`` versus ``ClosedResourceError``, a manager a failure broke is
+told apart from one the user closed::
+
+    IDLE ──*_async──> PENDING(call) ──*_wait──> IDLE
+    IDLE ──send / async_reset──> IN_FLIGHT(group -> seq) ──recv (the last)──> IDLE
+    any ──failure not recovered──> BROKEN(cause) ──close──> CLOSED
+    any ──close──> CLOSED
+
+:class:`State` is frozen: a transition builds a new one, so no reader ever sees
+half of one. The hot path compares the state with :data:`IDLE` by identity.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from types import MappingProxyType
+from typing import Any
+
+from envmgr.errors import (
+    AlreadyPendingCallError,
+    BrokenManagerError,
+    ClosedManagerError,
+    NoAsyncCallError,
+)
+
+__all__ = ["Phase", "CallKind", "PendingCall", "State", "IDLE", "CLOSED"]
+
+
+class Phase(Enum):
+    """Which of the five states a manager is in."""
+
+    IDLE = "idle"
+    PENDING = "pending"
+    IN_FLIGHT = "in flight"
+    BROKEN = "broken"
+    CLOSED = "closed"
+
+
+class CallKind(Enum):
+    """What a call to the groups was; it decides what a lost group costs.
+
+    A step or a reset replaces a lost group under the restart budget; a per-env
+    call breaks the manager; a timer flush leaves the group lost for the next step
+    or reset to replace. The values are Gymnasium's ``AsyncState`` names, so
+    messages read as ``AsyncVectorEnv``'s.
+    """
+
+    RESET = "reset"
+    STEP = "step"
+    CALL = "call"
+    FLUSH = "flush_timers"
+
+    @property
+    def replaces_lost(self) -> bool:
+        """Whether a group lost during this call is replaced (steps and resets)."""
+        return self is CallKind.STEP or self is CallKind.RESET
+
+
+@dataclass(frozen=True, slots=True)
+class PendingCall:
+    """A call sent to some groups whose answers are not read yet.
+
+    Attributes:
+        kind: What the call was.
+        seqs: Sequence number each group's answer will echo, by group.
+        ship: Whether the groups ship their timer trees with the answers.
+        commands: The command sent to each group, to send again to a replacement
+            (resets only).
+        label: How messages name the call (``"step"``, ``"call('render')"``).
+        order: For calls: ``(group, position in the group's answer)`` per result.
+    """
+
+    kind: CallKind
+    seqs: Mapping[int, int]
+    ship: bool = False
+    commands: Mapping[int, Any] | None = None
+    label: str = ""
+    order: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def name(self) -> str:
+        """The label, or the kind's name when no label was given."""
+        return self.label or self.kind.value
+
+
+_NOTHING: Mapping[int, int] = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class State:
+    """One of idle, pending(call), in flight(groups), broken(cause) or closed.
+
+    Attributes:
+        phase: Which state this is.
+        call: The pending call (``PENDING`` only).
+        in_flight: Group -> seq of its ``send()`` step or ``async_reset`` (``IN_FLIGHT``
+            only; never empty there).
+        cause: The failure that broke the manager (``BROKEN`` only).
+    """
+
+    phase: Phase
+    call: PendingCall | None = None
+    in_flight: Mapping[int, int] = field(default_factory=lambda: _NOTHING)
+    cause: BaseException | None = None
+
+    @staticmethod
+    def pending(call: PendingCall) -> State:
+        """The state while ``call``'s answers are awaited."""
+        return State(Phase.PENDING, call=call)
+
+    @staticmethod
+    def flying(seqs: Mapping[int, int]) -> State:
+        """The state with the groups of ``seqs`` stepping; :data:`IDLE` if none is."""
+        return State(Phase.IN_FLIGHT, in_flight=MappingProxyType(dict(seqs))) if seqs else IDLE
+
+    @staticmethod
+    def broken(cause: BaseException) -> State:
+        """The state after ``cause``, a failure that was not recovered."""
+        return State(Phase.BROKEN, cause=cause)
+
+    @property
+    def closed(self) -> bool:
+        """Whether the manager takes no more calls (broken or closed)."""
+        return self.phase is Phase.BROKEN or self.phase is Phase.CLOSED
+
+    def check_usable(self, owner: str, name: str) -> None:
+        """Refuse call ``name`` of manager class ``owner`` if closed or broken.
+
+        Raises:
+            ClosedManagerError: The user closed the manager (or it never opened).
+            BrokenManagerError: A failure broke it; caused by that failure.
+        """
+        if self.phase is Phase.CLOSED:
+            raise ClosedManagerError.on(owner, name)
+        failure = self.cause
+        if failure is not None:
+            w = getattr(failure, "worker_index", -1)
+            envs = getattr(failure, "env_indices", ())
+            # str() of a KeyboardInterrupt (an interrupted restart) is empty: name its type.
+            why = str(failure) or type(failure).__name__
+            raise BrokenManagerError(
+                f"cannot {name}: the manager is broken ({why})", w, envs
+            ) from failure
+
+    def check_idle(self, owner: str, nouns: str, name: str) -> None:
+        """Refuse a new call ``name`` unless idle (``nouns``: what groups are called).
+
+        Raises:
+            AlreadyPendingCallError: A call is pending, or ``send()`` steps are in flight.
+        """
+        self.check_usable(owner, name)
+        if self.call is not None:
+            raise AlreadyPendingCallError.on(name, self.call.kind.value)
+        if self.in_flight:
+            raise AlreadyPendingCallError(
+                f"cannot {name} while {nouns} {sorted(self.in_flight)} have send() "
+                "steps in flight: recv() them first",
+                "send",
+            )
+
+    def check_pending(self, owner: str, kind: CallKind) -> PendingCall:
+        """The pending call, if it is a ``kind`` call (``<kind>_wait`` may end it).
+
+        Raises:
+            NoAsyncCallError: No ``kind`` call is pending.
+        """
+        self.check_usable(owner, f"{kind.value}_wait")
+        call = self.call
+        if call is None or call.kind is not kind:
+            raise NoAsyncCallError.on(kind.value, None if call is None else call.kind.value)
+        return call
+
+    def landed(self, groups: Iterable[int]) -> State:
+        """This state with ``groups`` no longer in flight (other states are kept)."""
+        if self.phase is not Phase.IN_FLIGHT:
+            return self
+        gone = set(groups)
+        return State.flying({g: s for g, s in self.in_flight.items() if g not in gone})
+
+
+#: The state between calls; compared by identity on the hot path.
+IDLE = State(Phase.IDLE)
+#: The state after ``close()``, and before a manager is open.
+CLOSED = State(Phase.CLOSED)
