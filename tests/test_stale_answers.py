@@ -2,7 +2,8 @@
 
 The caller catches the ``KeyboardInterrupt`` and steps on, as the README allows. The
 step it gave up on still runs to its end in the workers: each answer that does not
-fit the batch arrays (here: infos) is written to the worker's pipe and never read.
+fit the shared arrays (here: a string info, which no info column holds) is written
+to the worker's pipe and never read.
 The next call reads that pipe first, so the parent has to drop any answer whose
 sequence number is not the current command's - in the answer reading, and in the
 reading of a dead worker's last words.
@@ -53,7 +54,8 @@ def _wait_for(path: Path) -> None:
 
 
 class CountingEnv(gym.Env):  # type: ignore[type-arg]
-    """Observation ``[t]`` and infos ``{"t": t}``, ``t`` the step calls so far.
+    """Observation ``[t]`` and infos ``{"t": t, "step": "step <t>"}``, ``t`` the step
+    calls so far: ``t`` travels in shared memory (an info column), the string pickled.
 
     Env 1 (``slow``) in step :data:`SLOW_STEP`: waits until env 0 has finished that
     step, sends SIGINT to the manager, then waits for ``marks/release``; with
@@ -98,7 +100,8 @@ class CountingEnv(gym.Env):  # type: ignore[type-arg]
                 raise InjectedStepError(f"env 1 failed at step {self.t}")
         if self.tag == 0:
             (self.marks / f"env0.step{self.t}").touch()
-        return np.array([self.t], dtype=np.float32), 0.0, False, False, {"t": self.t}
+        info = {"t": self.t, "step": f"step {self.t}"}
+        return np.array([self.t], dtype=np.float32), 0.0, False, False, info
 
 
 def counting_fns(marks: Path, **env1: Any) -> list[Callable[[], CountingEnv]]:
@@ -133,10 +136,9 @@ def _interrupted_step(envs: SubprocessEnvManager, marks: Path) -> None:
 @pytest.mark.usefixtures("sigint_raises")
 def test_steps_after_an_interrupted_step_return_their_own_infos(tmp_path: Path) -> None:
     """Both workers finish step 3 after the caller gave up on it, and their answers
-    (infos go through the pipe) wait there. Without the seq check in the answer
-    reading, step 4 took step 3's infos, and every later step the one before its own:
-    ``t = [3, 3], [4, 4], [5, 5]`` for steps 4 to 6, while the observations (shared
-    memory) were right."""
+    (the string infos go through the pipe) wait there. Without the seq check in the
+    answer reading, step 4 took step 3's pickled infos, and every later step the one
+    before its own, while what travels in shared memory (observations, ``t``) was right."""
     with SubprocessEnvManager(counting_fns(tmp_path), 2, 1) as envs:
         envs.reset(seed=0)
         _interrupted_step(envs, tmp_path)
@@ -145,7 +147,8 @@ def test_steps_after_an_interrupted_step_return_their_own_infos(tmp_path: Path) 
         for t in range(SLOW_STEP + 1, SLOW_STEP + 4):
             obs, _, _, _, infos = envs.step(np.zeros(2, dtype=np.int64))
             assert obs[:, 0].tolist() == [t, t]
-            assert infos["t"].tolist() == [t, t], f"step {t} returned another step's infos"
+            assert infos["t"].tolist() == [t, t]
+            assert infos["step"].tolist() == [f"step {t}"] * 2, f"step {t} got another's infos"
 
 
 @pytest.mark.usefixtures("sigint_raises")
