@@ -17,7 +17,15 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from conftest import Backend
-from envs import ActionTypeEnv, DictObsEnv, EnvBoom, ExplodingEnv, FactoryBoom, failing_factory
+from envs import (
+    ActionTypeEnv,
+    DictObsEnv,
+    EnvBoom,
+    ExplodingEnv,
+    FactoryBoom,
+    TextActionEnv,
+    failing_factory,
+)
 from gymnasium.vector import AutoresetMode
 from test_equivalence import compare
 
@@ -61,6 +69,25 @@ def test_caller_envs_get_actions_of_the_types_sync_vector_env_gives() -> None:
 
 def test_caller_envs_cartpole_with_num_envs_matches_sync() -> None:
     compare(LOCAL, [cartpole] * 7, 2, None, steps=120, seed=3, caller_envs=3)
+
+
+def test_caller_envs_get_their_own_pickled_actions() -> None:
+    """Text actions have no fixed shape: they travel pickled, the caller's share cut
+    from the batch by the caller group itself. Every env reports the action it got;
+    all differ, so env i given env i-1's action cannot pass (step, and send() with
+    the ids out of order)."""
+    actions = ("a", "b", "aa", "ab", "ba", "bb")
+    with SubprocessEnvManager([TextActionEnv] * 6, 2, caller_envs=2) as envs:
+        assert envs.worker_sizes == (2, 2)  # envs 4 and 5 are the caller's
+        envs.reset(seed=0)
+        *_, infos = envs.step(actions)
+        assert infos["action"].tolist() == list(actions)
+        ids = [5, 4, 1, 0]
+        envs.send(tuple(actions[i] for i in ids), ids)
+        *_, infos, got = envs.recv(batch_size=4)
+        assert dict(zip(got.tolist(), infos["action"].tolist(), strict=True)) == {
+            i: actions[i] for i in ids
+        }
 
 
 def test_layout_counts_caller_envs_in_num_envs() -> None:

@@ -567,3 +567,88 @@ def test_factory_error_is_raised_and_leaves_nothing(ray: Any) -> None:
     new = [a for a in state.actors() if a not in before]
     assert len(new) == 2
     assert _wait_dead(ray, new) == {a: "DEAD" for a in new}
+
+
+def _slow_to_restart(flag: str, part: str) -> Any:
+    """CartPole; while ``flag`` exists, its build (``part="build"``) or its reset
+    (``"reset"``) stalls until ``flag`` is removed, after appending its actor's pid to
+    ``flag + ".pids"`` (a restart for an interrupt to cut off)."""
+
+    def stall() -> None:
+        with open(flag + ".pids", "a") as f:
+            f.write(f"{os.getpid()}\n")
+        deadline = time.monotonic() + 60.0  # a liveness bound: the test removes the flag
+        while os.path.exists(flag) and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    class SlowReset(gym.Wrapper):  # type: ignore[type-arg]
+        def reset(self, **kwargs: Any) -> Any:
+            if os.path.exists(flag):
+                stall()
+            return self.env.reset(**kwargs)
+
+    def make() -> gym.Env[Any, Any]:
+        if part == "build" and os.path.exists(flag):
+            stall()
+        env = gym.make("CartPole-v1")
+        return SlowReset(env) if part == "reset" else env
+
+    return make
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("part", ["build", "reset"])
+def test_a_restart_cut_off_by_ctrl_c_is_redone_at_the_next_call(
+    ray: Any, part: str, tmp_path: Any
+) -> None:
+    """Ctrl-C while a lost actor is replaced (its replacement building its envs, or
+    resetting them): the interrupt reaches the caller, the replacement is killed, and
+    the next step replaces the actor again and goes on, as the local backend does."""
+    import signal
+    import threading
+
+    from fault_envs import process_token, wait_gone
+
+    from envmgr.frontend.results import RESTARTED_INFO_KEY
+
+    flag = str(tmp_path / "slow")
+    pids = flag + ".pids"
+    envs = _manager(
+        env_fns=_slow_to_restart(flag, part), n_actors=2, envs_per_actor=1, max_restarts=3
+    )
+    old_handler = signal.signal(signal.SIGINT, signal.default_int_handler)
+    with envs:
+        actions = np.zeros(2, dtype=np.int64)
+        envs.reset(seed=0)
+        lost_id = envs.actor_info[1].actor_id
+        open(flag, "w").close()
+        _kill(ray, envs, 1)
+
+        def interrupt_once_stalled() -> None:  # Ctrl-C once the replacement is stuck
+            deadline = time.monotonic() + 60.0
+            while not os.path.exists(pids) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            os.kill(os.getpid(), signal.SIGINT)
+
+        ring = threading.Thread(target=interrupt_once_stalled, daemon=True)
+        ring.start()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                envs.step(actions)
+        finally:
+            ring.join(70.0)
+            signal.signal(signal.SIGINT, old_handler)
+        assert not envs.closed
+        (cut_pid,) = (int(p) for p in open(pids).read().split())
+        assert not wait_gone([process_token(cut_pid)], timeout=20.0), "replacement left running"
+        os.unlink(flag)
+
+        _, rewards, _, truncs, infos = envs.step(actions)
+        assert rewards.shape == (2,)
+        assert truncs[1] and not truncs[0]  # the replaced actor's env starts afresh
+        assert "cut off by an interrupt" in infos[RESTARTED_INFO_KEY][1]
+        assert envs.actor_info[1].actor_id != lost_id
+        assert envs.actor_info[1].pid != cut_pid
+        envs.step(actions)  # next-step autoreset of the replaced actor's env
+        _, rewards, _, truncs, _ = envs.step(actions)
+        assert rewards.tolist() == [1.0, 1.0] and not truncs.any()

@@ -12,6 +12,7 @@ Skipped as a whole when Stable-Baselines3 is not installed
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import re
 import signal
@@ -399,8 +400,14 @@ def test_images_and_render() -> None:
 
 
 def test_unknown_start_method_raises_value_error_before_starting_anything() -> None:
-    with pytest.raises(ValueError, match="start_method='threads' is not a start method"):
-        EnvmgrVecEnv([cartpole], start_method="threads")
+    # SubprocVecEnv's own error, which SB3's tests match, then the choices.
+    with pytest.raises(ValueError) as theirs:
+        SubprocVecEnv([cartpole], start_method="illegal_method")
+    with pytest.raises(ValueError, match="cannot find context for 'illegal_method'") as ours:
+        EnvmgrVecEnv([cartpole], start_method="illegal_method")
+    assert str(ours.value).startswith(str(theirs.value))
+    for method in multiprocessing.get_all_start_methods():
+        assert repr(method) in str(ours.value)
     with pytest.raises(ValueError, match="empty"):
         EnvmgrVecEnv([])
     with pytest.raises(ValueError, match="n_workers=3 is more than the 2 envs"):

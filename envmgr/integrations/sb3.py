@@ -32,7 +32,6 @@ Requires ``pip install "envmgr[sb3]"``.
 from __future__ import annotations
 
 import multiprocessing as mp
-import os
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -100,11 +99,15 @@ class EnvmgrVecEnv(VecEnv):
         fns = list(env_fns)
         if not fns:
             raise ValueError("env_fns is empty: EnvmgrVecEnv needs at least one env factory")
-        if start_method is not None and start_method not in mp.get_all_start_methods():
-            raise ValueError(
-                f"start_method={start_method!r} is not a start method here; "
-                f"choose from {mp.get_all_start_methods()}"
-            )
+        if start_method is not None:
+            try:
+                mp.get_context(start_method)
+            except ValueError as exc:
+                # multiprocessing's own words first ("cannot find context for ..."), as
+                # SubprocVecEnv raises them and SB3's tests match them; then the choices.
+                raise ValueError(
+                    f"{exc}: start_method must be one of {mp.get_all_start_methods()}"
+                ) from None
         clash = [k for k in _RESERVED if k in manager_kwargs]
         if clash:
             raise TypeError(
@@ -315,10 +318,11 @@ def _targets(
     return list(manager.apply(remote.on_user_env, fn, *args, env_ids=env_ids))
 
 
-def _worker_count(num_envs: int, n_workers: int | None) -> int:
-    """Workers for ``num_envs`` envs: ``n_workers``, or ``min(num_envs, cpu_count)``."""
+def _worker_count(num_envs: int, n_workers: int | None) -> int | None:
+    """``n_workers`` checked against ``num_envs``; ``None`` leaves the manager's default
+    (``min(num_envs, cpu_count)``)."""
     if n_workers is None:
-        return min(num_envs, os.cpu_count() or 1)
+        return None
     if isinstance(n_workers, bool) or not isinstance(n_workers, int) or n_workers < 1:
         raise ValueError(f"n_workers must be a positive int, got {n_workers!r}")
     if n_workers > num_envs:

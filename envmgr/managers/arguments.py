@@ -17,6 +17,7 @@ from envmgr.protocol.layout import Layout
 __all__ = [
     "check_caller_envs",
     "check_env_fns",
+    "default_group_count",
     "group_specs",
     "hosted_layout",
     "resolve_layout",
@@ -34,6 +35,14 @@ def _check_count(name: str, value: Any) -> None:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
 
 
+def default_group_count(num_envs: int | None, default_groups: int | None = None) -> int:
+    """The one default group count: ``min(num_envs, G)``, ``G`` the core count (or
+    ``default_groups``: Ray's alive nodes); ``G`` when ``num_envs`` is not known yet
+    (a single factory given only a group size)."""
+    limit = max(1, default_groups or os.cpu_count() or 1)
+    return limit if num_envs is None else min(num_envs, limit)
+
+
 def split_counts(
     num_envs: int,
     n_groups: int | None,
@@ -45,9 +54,8 @@ def split_counts(
 ) -> Layout:
     """The layout of ``num_envs`` envs given a group count and/or a group size.
 
-    ``per_group`` asks for an even split; ``n_groups`` alone allows an uneven one.
-    Neither: as many groups as ``default_groups`` (else the core count), capped at
-    ``num_envs``.
+    ``per_group`` asks for an even split; otherwise the split may be uneven (the
+    first groups one env more), over ``n_groups`` or :func:`default_group_count`.
     """
     g_name, e_name = names
     _check_count(g_name, n_groups)
@@ -60,13 +68,10 @@ def split_counts(
                 f"{n_groups * per_group} does not match {label}"
             )
         if num_envs % per_group:
-            raise ValueError(f"{label} cannot be split into groups of {e_name}={per_group}")
+            raise ValueError(f"{label}, which cannot be split into groups of {e_name}={per_group}")
         return Layout.of([per_group] * (num_envs // per_group))
     if n_groups is None:
-        # Nothing says: as many groups as cores (or default_groups), but only a
-        # count that splits the envs evenly.
-        limit = min(num_envs, max(1, default_groups or os.cpu_count() or 1))
-        n_groups = max(d for d in range(1, limit + 1) if num_envs % d == 0)
+        n_groups = default_group_count(num_envs, default_groups)
     if n_groups > num_envs:
         raise ValueError(f"{label}, fewer than {g_name}={n_groups}: every group needs an env")
     return Layout.split(num_envs, n_groups)
@@ -88,29 +93,32 @@ def resolve_layout(
         n_groups: Worker processes (or actors).
         per_group: Envs per group (an even split).
         num_envs: Total envs, with a single factory (else implied by the sequence).
-        default_groups: Groups when nothing says; else ``min(2, cores)`` for a single
-            factory, the core count for a sequence.
+        default_groups: What caps the default group count instead of the core count
+            (Ray: the alive nodes); see :func:`default_group_count`.
         names: The caller's argument names, for messages.
+
+    Raises:
+        TypeError: A single factory and no size at all (nothing says how many envs).
     """
     _check_count(names[0], n_groups)
     _check_count(names[1], per_group)
     checked: Any = check_env_fns(env_fns)  # a factory, or a list of them
     if callable(checked):
         if num_envs is None:
-            g = (
-                n_groups
-                if n_groups is not None
-                else (default_groups or min(2, os.cpu_count() or 1))
-            )
+            if n_groups is None and per_group is None:
+                g_name, e_name = names
+                cap = "alive nodes" if default_groups else "cores"
+                raise TypeError(
+                    f"one env factory and no size: pass num_envs=N ({g_name} then defaults "
+                    f"to min(N, {cap})), or {g_name} and/or {e_name} ({g_name} * {e_name} "
+                    "envs), or one factory per env"
+                )
+            g = n_groups if n_groups is not None else default_group_count(None, default_groups)
             layout = Layout.of([per_group or 1] * g)
         else:
             _check_count("num_envs", num_envs)
             layout = split_counts(
-                num_envs,
-                n_groups,
-                per_group,
-                names=names,
-                default_groups=default_groups or min(2, os.cpu_count() or 1),
+                num_envs, n_groups, per_group, names=names, default_groups=default_groups
             )
         return [checked] * layout.num_envs, layout
     fns: list[_F] = checked

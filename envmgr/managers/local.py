@@ -79,9 +79,12 @@ class SubprocessEnvManager(BatchedVectorEnv):
         env_fns: One zero-argument env factory, called once per env, or a
             sequence of them, one per env (as ``gymnasium.vector.AsyncVectorEnv``).
             Lambdas and closures are fine: they travel with cloudpickle.
-        n_workers: Number of worker processes. With a single factory it defaults
-            to ``min(2, cpu_count)``; with a sequence (or ``num_envs``), to the
-            largest divisor of the env count not above the core count.
+        n_workers: Number of worker processes; default ``min(num_envs, cpu_count)``,
+            the envs split as evenly as they go (the first workers one env more).
+            ``num_envs`` is the length of a sequence of factories, or the
+            ``num_envs`` option; a single factory given neither gets ``n_workers``
+            (default ``cpu_count``) times ``envs_per_worker`` (default 1) envs, and
+            with no size at all it is refused (``TypeError``).
         envs_per_worker: Envs each worker owns (an even split).
         context: Start method: ``"fork"``, ``"forkserver"`` or ``"spawn"``.
             Defaults to :func:`default_start_method`. Scripts without a
@@ -159,6 +162,12 @@ class SubprocessEnvManager(BatchedVectorEnv):
         if not daemon:
             raise ValueError("daemon=False is not supported: workers must not outlive the manager")
         del shared_memory  # always on where the space allows
+        self.context = context or default_start_method()
+        if self.context not in mp.get_all_start_methods():
+            raise ValueError(
+                f"context={self.context!r} is not a start method here; "
+                f"choose from {mp.get_all_start_methods()}"
+            )
         env_fns, worker_options, caller_fns = split_caller(env_fns, options, caller_envs)
         fns, layout, mode = hosted_layout(
             env_fns,
@@ -171,12 +180,6 @@ class SubprocessEnvManager(BatchedVectorEnv):
         #: Envs per worker when the split is even, else ``None`` (see ``worker_sizes``).
         self.envs_per_worker = layout.sizes[0] if layout.even else None
         self.worker_sizes = layout.sizes
-        self.context = context or default_start_method()
-        if self.context not in mp.get_all_start_methods():
-            raise ValueError(
-                f"context={self.context!r} is not a start method here; "
-                f"choose from {mp.get_all_start_methods()}"
-            )
         self.spin_seconds = float(spin_seconds)
         if parent_spin_seconds is None:
             parent_spin_seconds = spin_seconds if caller_envs else 0.0
@@ -238,9 +241,10 @@ class SubprocessEnvManager(BatchedVectorEnv):
         return [] if backend is None else backend.worker_pids  # type: ignore[attr-defined]
 
     def _repr_fields(self) -> str:
+        per = getattr(self, "envs_per_worker", "?")
+        split = f"worker_sizes={self.worker_sizes}" if per is None else f"envs_per_worker={per}"
         return (
-            f"n_workers={getattr(self, 'n_workers', '?')}, "
-            f"envs_per_worker={getattr(self, 'envs_per_worker', '?')}, "
+            f"n_workers={getattr(self, 'n_workers', '?')}, {split}, "
             f"context={getattr(self, 'context', '?')!r}"
         )
 

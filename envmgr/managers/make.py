@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import os
 import pickle
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -328,10 +327,8 @@ def make(
         ImportError, AttributeError: If a string entry point cannot be imported.
     """
     num_envs = _positive_int("num_envs", num_envs)
-    if n_workers is None:
-        n_workers = min(num_envs, os.cpu_count() or 1)
-    n_workers = _positive_int("n_workers", n_workers)
-    if n_workers > num_envs:
+    # No n_workers: the manager's own default (min(num_envs, cores), split unevenly).
+    if n_workers is not None and _positive_int("n_workers", n_workers) > num_envs:
         raise ValueError(
             f"n_workers={n_workers} is more than num_envs={num_envs}: every worker needs an env"
         )

@@ -138,11 +138,14 @@ class RayEnvManager(BatchedVectorEnv):
     Args:
         env_fns: One zero-argument env factory (called once per env) or a
             sequence of them, one per env. They travel with cloudpickle.
-        n_actors: Number of Ray actors. Defaults to one per alive node of the
-            cluster (each pinned to its node, softly) with a single factory, or
-            is derived from the sequence's length and ``envs_per_actor``.
-        envs_per_actor: Envs each actor owns and steps per call (default 1 with
-            a single factory). Make it large: a Ray call costs ~1 ms.
+        n_actors: Number of Ray actors; default ``min(num_envs, alive nodes)``, the
+            envs split as evenly as they go (the first actors one env more), as
+            :class:`~envmgr.SubprocessEnvManager` splits them over its cores. A
+            single factory without ``num_envs`` gets one actor per alive node (each
+            pinned to its node, softly) of ``envs_per_actor`` envs; with no size at
+            all it is refused (``TypeError``).
+        envs_per_actor: Envs each actor owns and steps per call (an even split; default
+            1 with a single factory). Make it large: a Ray call costs ~1 ms.
         workers_per_actor: ``0``/``1``: the actor steps its envs itself.
             ``N > 1``: the actor runs an :class:`~envmgr.SubprocessEnvManager`
             with ``N`` worker processes (``envs_per_actor`` must be a multiple of ``N``).
@@ -240,6 +243,7 @@ class RayEnvManager(BatchedVectorEnv):
                 fns = None
             self.n_actors = layout.n_groups
             self.envs_per_actor = layout.sizes[0] if layout.even else None
+            self.actor_sizes = layout.sizes
             if num_cpus_per_actor is None:
                 num_cpus_per_actor = max(1, workers_per_actor)
             opts = self._placement(
@@ -330,9 +334,10 @@ class RayEnvManager(BatchedVectorEnv):
                 _release_ray(self.ray, shutdown=self.shutdown_ray)
 
     def _repr_fields(self) -> str:
+        per = getattr(self, "envs_per_actor", "?")
+        split = f"actor_sizes={self.actor_sizes}" if per is None else f"envs_per_actor={per}"
         return (
-            f"n_actors={getattr(self, 'n_actors', '?')}, "
-            f"envs_per_actor={getattr(self, 'envs_per_actor', '?')}, "
+            f"n_actors={getattr(self, 'n_actors', '?')}, {split}, "
             f"workers_per_actor={getattr(self, 'workers_per_actor', '?')}"
         )
 

@@ -96,6 +96,7 @@ class RayBackend:
         self.actor_info = [ActorInfo(g, layout.range(g)) for g in range(layout.n_groups)]
         self.buffers: SharedBuffers | None = None
         self._calls: dict[int, tuple[int, Any]] = {}  # group -> (seq, ref) of its call
+        self._cut: dict[int, str] = {}  # group -> why its restart was abandoned (see abandon)
 
     # ================================================================ names
 
@@ -158,6 +159,9 @@ class RayBackend:
 
     def post(self, commands: Mapping[int, Command]) -> None:
         for g, cmd in commands.items():
+            if g in self._cut:  # its actor is gone: the wait reports it lost
+                self._calls[g] = (cmd.seq, None)
+                continue
             size_of = getattr(cmd, "actions", None)
             self._calls[g] = (cmd.seq, self.actors[g].run.remote(pack(cmd, size_of)))
 
@@ -177,7 +181,10 @@ class RayBackend:
         deadline = None if timeout is None else monotonic() + timeout
         want = len(seqs) if need is None else min(need, len(seqs))
         got = Waited()
-        waiting = {self._calls[g][1]: g for g in seqs}
+        for g in seqs:
+            if g in self._cut:
+                got.lost[g] = self._abandoned(g)
+        waiting = {self._calls[g][1]: g for g in seqs if g not in got.lost}
         while waiting and len(got.answers) + len(got.lost) + len(got.errors) < want:
             left = None if deadline is None else max(0.0, deadline - monotonic())
             todo = want - len(got.answers) - len(got.lost) - len(got.errors)
@@ -269,6 +276,21 @@ class RayBackend:
         )
         return Lost(what, failure)
 
+    def _abandoned(self, g: int) -> Lost:
+        """Group ``g`` lost because :meth:`abandon` stopped its actor."""
+        why, info = self._cut[g], self.actor_info[g]
+        failure = RayActorDiedError(
+            f"{self.where(g)}: {why}",
+            g,
+            self.layout.range(g),
+            node_ip=info.node_ip or None,
+            node_id=info.node_id or None,
+            actor_id=info.actor_id or None,
+            pid=info.pid or None,
+            reason=why,
+        )
+        return Lost(why, failure)
+
     def _node_alive(self, node_id: str) -> bool | None:
         try:
             for n in self.ray.nodes():
@@ -283,6 +305,7 @@ class RayBackend:
     def replace(self, g: int, timeout: float | None) -> Ready | Lost:
         ray = self.ray
         self._calls.pop(g, None)
+        self._cut.pop(g, None)
         try:
             ray.kill(self.actors[g], no_restart=True)
         except Exception:
@@ -302,9 +325,18 @@ class RayBackend:
             return Lost(str(exc), exc)
 
     def abandon(self, g: int, why: str) -> bool:
-        # Where Ray was when the interrupt came (an actor created or not, its start
-        # call sent or not) is not known here: the manager breaks, as it always did.
-        return False
+        # Whatever the interrupt cut off, the actor recorded as group g's (the lost one,
+        # or its replacement, started or not, reset or not) is killed, and the group's
+        # next command is not sent but reported lost, saying why: the front end then
+        # replaces it from the top. A replacement created but not yet recorded has no
+        # handle left, so Ray ends it (an actor whose handles are gone is collected).
+        self._calls.pop(g, None)
+        self._cut[g] = why
+        try:
+            self.ray.kill(self.actors[g], no_restart=True)
+        except Exception:
+            pass  # already dead, or Ray is shutting down: nothing left to stop
+        return True
 
     # ================================================================ shutdown
 
