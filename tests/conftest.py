@@ -271,7 +271,9 @@ class Backend:
     """How a test builds a manager of the kind under test, and hurts one of its groups.
 
     ``backend(env_fns, n_groups, per_group, **kwargs)`` takes the local manager's
-    arguments; for Ray, groups are actors and local-only arguments are dropped.
+    arguments. ``caller``: the same layout, with the last group's envs stepped in this
+    process (``caller_envs``) and the others in workers. ``ray``: groups are actors and
+    local-only arguments are dropped.
     """
 
     def __init__(self, name: str, ray: Any = None) -> None:
@@ -285,6 +287,8 @@ class Backend:
             from envmgr import SubprocessEnvManager
 
             return SubprocessEnvManager(env_fns, n_groups, per_group, **kw)
+        if self.name == "caller":
+            return _with_caller_envs(env_fns, n_groups, per_group, **kw)
         from envmgr import RayEnvManager
 
         for key in _LOCAL_ONLY:
@@ -294,7 +298,12 @@ class Backend:
 
     def kill(self, envs: Any, g: int) -> None:
         """Kill group ``g`` (its process, or its actor) and wait until it is gone."""
-        if self.name == "local":
+        if self.name == "caller" and g == envs.n_workers:
+            pytest.fail(
+                f"group {g} holds the caller_envs, stepped in this process: it cannot be "
+                "killed; skip the caller case in the test's parametrization (backends())"
+            )
+        if self.name in ("local", "caller"):
             pid = envs.worker_pids[g]
             os.kill(pid, signal.SIGKILL)
             deadline = time.monotonic() + 10
@@ -315,20 +324,58 @@ class Backend:
         return self.name
 
 
-@pytest.fixture(scope="module", params=["local", "ray"])
+def _with_caller_envs(env_fns: Any, n_groups: int | None, per_group: int | None, **kw: Any) -> Any:
+    """A local manager with ``backend``'s layout whose last group is the caller's envs."""
+    from envmgr import SubprocessEnvManager
+    from envmgr.managers.arguments import resolve_layout
+
+    fns, layout = resolve_layout(env_fns, n_groups, per_group, num_envs=kw.pop("num_envs", None))
+    if layout.n_groups < 2:
+        raise ValueError(f"the caller case needs 2 groups or more (a worker), got {layout.sizes}")
+    # The workers split the other envs as the local manager would (larger groups first),
+    # so every group keeps its envs and its index.
+    return SubprocessEnvManager(fns, layout.n_groups - 1, caller_envs=layout.sizes[-1], **kw)
+
+
+#: Every backend the ``backend`` fixture can build; a test opts into all of them
+#: (``caller`` included) through ``on_backends``.
+BACKENDS = ("local", "caller", "ray")
+#: The fixture's own parameters, for the modules that do not opt in: their tests pass
+#: ``caller_envs`` themselves or kill the last group, which the caller case cannot do.
+DEFAULT_BACKENDS = ("local", "ray")
+
+
+def on_backends(**skip: str) -> pytest.MarkDecorator:
+    """Run a test over every backend in ``BACKENDS``, skipping the named ones with the
+    reason given: ``@on_backends(ray="why it cannot apply there")``."""
+    unknown = set(skip) - set(BACKENDS)
+    if unknown:
+        raise ValueError(f"on_backends(): no backend named {sorted(unknown)}; known: {BACKENDS}")
+    params = [
+        pytest.param(name, marks=pytest.mark.skip(reason=f"{name}: {skip[name]}"))
+        if name in skip
+        else name
+        for name in BACKENDS
+    ]
+    return pytest.mark.parametrize("backend", params, indirect=True)
+
+
+@pytest.fixture(scope="module", params=DEFAULT_BACKENDS)
 def backend(request: pytest.FixtureRequest) -> Backend:
-    """Each manager in turn: local worker processes, then Ray actors.
+    """Each manager in turn: local worker processes, then Ray actors; with
+    ``on_backends``, also local workers with the last group's envs stepped in this
+    process (``caller_envs``), between the two.
 
     Module scope, so a Ray instance started here is up before the leak check's
     snapshot of the first test (Ray's processes are not that test's leak).
     """
-    if request.param == "local":
-        return Backend("local")
+    if request.param in ("local", "caller"):
+        return Backend(request.param)
     import cloudpickle
 
     ray = request.getfixturevalue("ray_session").ensure()
     # Ray's workers cannot import the test modules: ship their envs by value.
-    for name in ("envs", "fault_envs", request.module.__name__):
+    for name in ("envs", "fault_envs", "helpers", request.module.__name__):
         if name in sys.modules:
             cloudpickle.register_pickle_by_value(sys.modules[name])
     return Backend("ray", ray)
