@@ -23,7 +23,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -345,19 +345,47 @@ BACKENDS = ("local", "caller", "ray")
 DEFAULT_BACKENDS = ("local", "ray")
 
 
-def on_backends(**skip: str) -> pytest.MarkDecorator:
-    """Run a test over every backend in ``BACKENDS``, skipping the named ones with the
-    reason given: ``@on_backends(ray="why it cannot apply there")``."""
-    unknown = set(skip) - set(BACKENDS)
+def _case_values(case: Any) -> tuple[tuple[Any, ...], str | None, tuple[Any, ...]]:
+    """A parametrize case's values, id and marks (a ``pytest.param`` or the bare values)."""
+    if isinstance(case, type(pytest.param(None))):
+        return tuple(case.values), case.id if isinstance(case.id, str) else None, tuple(case.marks)
+    return (case if isinstance(case, tuple) else (case,)), None, ()
+
+
+def on_backends(argnames: str = "", **per_backend: str | Sequence[Any]) -> pytest.MarkDecorator:
+    """Run a test over every backend in ``BACKENDS``, or say why one cannot apply.
+
+    Without ``argnames``: ``@on_backends(ray="why")`` runs the test on local and caller
+    and skips it on Ray with that reason. With ``argnames``, the test's own parameters
+    are given per backend: ``local=[cases]`` (ids kept as they are), and for
+    ``caller``/``ray`` a list of cases (by default local's), or a reason (one skipped
+    case). Ids of the other backends' cases end in ``-caller`` / ``-ray``. Without
+    ``argnames``, a list holds one ``pytest.param()`` carrying marks (an xfail, say).
+    """
+    unknown = set(per_backend) - set(BACKENDS)
     if unknown:
         raise ValueError(f"on_backends(): no backend named {sorted(unknown)}; known: {BACKENDS}")
-    params = [
-        pytest.param(name, marks=pytest.mark.skip(reason=f"{name}: {skip[name]}"))
-        if name in skip
-        else name
-        for name in BACKENDS
-    ]
-    return pytest.mark.parametrize("backend", params, indirect=True)
+    names = [n.strip() for n in argnames.split(",") if n.strip()]
+    local = per_backend.get("local", [()])
+    if isinstance(local, str) or (names and not local):
+        raise ValueError("on_backends(): the local backend runs every test: give its cases")
+    params = []
+    for name in BACKENDS:
+        spec = per_backend.get(name, local)
+        if isinstance(spec, str):
+            values = _case_values(local[0])[0] if names else ()
+            skip = pytest.mark.skip(reason=f"{name}: {spec}")
+            params.append(pytest.param(name, *values, id=name, marks=skip))
+            continue
+        for case in spec:
+            values, case_id, marks = _case_values(case)
+            base = case_id or "-".join(map(str, values))
+            if name == "local" and base:
+                case_id = base
+            else:
+                case_id = f"{base}-{name}" if base else name
+            params.append(pytest.param(name, *values, id=case_id, marks=marks))
+    return pytest.mark.parametrize(["backend", *names], params, indirect=["backend"])
 
 
 @pytest.fixture(scope="module", params=DEFAULT_BACKENDS)

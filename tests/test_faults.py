@@ -29,6 +29,14 @@ Orderings are observed through the envs themselves (``step_log``,
 Also here: workers SIGKILLed from outside while idle, replacements that die
 while starting, the first-ready API (``send``/``recv``) under faults, and bad
 input / calls out of order.
+
+Backends (``conftest.on_backends``): every test runs on the local manager, and on
+the caller case (``caller_envs``: group 1, envs 2-3, stepped in this process) and
+Ray where it applies; where it does not, its skipped case says why. Most faults
+here end env 3's process, which in the caller case is the test's own, and most
+assert what only a local worker shows (signal, exit code, pids, the segment). Ray
+runs the few cases not pinned elsewhere (Ray's deaths, restarts and env errors are
+``test_contract.py``'s and ``test_ray.py``'s); each Ray case costs seconds.
 """
 
 from __future__ import annotations
@@ -43,6 +51,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
+from conftest import Backend, on_backends
 from envs import BoxActionEnv
 from fault_envs import (
     EXIT_CODE,
@@ -57,6 +66,7 @@ from fault_envs import (
     wait_unlinked,
 )
 from gymnasium.vector import SyncVectorEnv
+from helpers import full_text
 
 from envmgr import (
     AlreadyPendingCallError,
@@ -65,7 +75,6 @@ from envmgr import (
     ClosedManagerError,
     NoAsyncCallError,
     RemoteTraceback,
-    SubprocessEnvManager,
     WorkerDiedError,
     WorkerFailure,
     WorkerTimeoutError,
@@ -101,6 +110,23 @@ DEATHS: dict[str, tuple[type[WorkerFailure], str, int | None]] = {
 }
 SPAWN_DEATHS = ("segfault", "exit", "hang")
 
+# Why a backend cannot run a test (the skipped case's reason).
+CALLER_DIES = "env 3's fault ends its process, and the caller case steps env 3 in this one"
+CALLER_BLOCKS = "env 3 would block this process (the caller steps it), which must time it out"
+CALLER_RAISES = (
+    "the caller's envs raise in this process as they are: no pickling, no remote "
+    "traceback to check (test_caller.py, test_contract.py[caller])"
+)
+RAY_DEATHS = (
+    "Ray reports a dead actor without signal or exit code; actor deaths and restarts "
+    "are pinned in test_contract.py[ray] and test_ray.py"
+)
+RAY_HANG = (
+    "a hung actor's timeout can also blame the healthy actor: "
+    "test_ray_late_replies.py (xfail) pins that"
+)
+FRONT_END = "the front end refuses it before any backend is reached: the local case covers all"
+
 
 def _cases(kinds: tuple[str, ...], spawn_kinds: tuple[str, ...]) -> list[Any]:
     cases = [pytest.param(k, m, id=f"{k}-{m}") for m in ("fork", "forkserver") for k in kinds]
@@ -110,20 +136,21 @@ def _cases(kinds: tuple[str, ...], spawn_kinds: tuple[str, ...]) -> list[Any]:
 # ------------------------------------------------------------------ helpers
 
 
-def full_text(exc: BaseException) -> str:
-    """An exception's message and notes."""
-    return "\n".join([str(exc), *getattr(exc, "__notes__", [])])
-
-
 def action_batches(steps: int, seed: int = 0) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     return [rng.integers(0, 2, size=NUM_ENVS).astype(np.int64) for _ in range(steps)]
 
 
 def make_manager(
-    kind: str, context: str, tmp_path: Path, *, at_step: int = AT_STEP, **kwargs: Any
-) -> SubprocessEnvManager:
-    """2 workers x 2 envs; env 3 carries ``kind`` (first incarnation only, unless ``fire_in``)."""
+    backend: Backend,
+    kind: str,
+    context: str,
+    tmp_path: Path,
+    *,
+    at_step: int = AT_STEP,
+    **kwargs: Any,
+) -> Any:
+    """2 groups x 2 envs; env 3 carries ``kind`` (first incarnation only, unless ``fire_in``)."""
     env_kwargs = {
         k: kwargs.pop(k)
         for k in (
@@ -142,20 +169,49 @@ def make_manager(
         kind, NUM_ENVS, FAULT_ENV, at_step=at_step, state_dir=tmp_path, **env_kwargs
     )
     kwargs.setdefault("close_timeout", 1.0)
-    return SubprocessEnvManager(fns, N_WORKERS, EPW, context=context, **kwargs)
+    return backend(fns, N_WORKERS, EPW, context=context, **kwargs)
+
+
+def group_ids(envs: Any) -> list[Any]:
+    """What identifies each group's current incarnation: worker pids, or Ray actor ids."""
+    if hasattr(envs, "actor_info"):
+        return [info.actor_id for info in envs.actor_info]
+    return list(envs.worker_pids)
+
+
+def ray_actors_dead(actor_ids: list[Any], timeout: float) -> list[Any]:
+    """The actors of ``actor_ids`` that are not DEAD within ``timeout`` s (a liveness bound)."""
+    from ray._private import state
+
+    deadline = time.monotonic() + timeout
+    while True:
+        table = state.actors()
+        alive = [a for a in actor_ids if table.get(a, {}).get("State") != "DEAD"]
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.05)
 
 
 class Tracker:
-    """Remembers every worker process and the segment of one manager, to check cleanup."""
+    """Remembers every worker process and the segment of one manager, to check cleanup
+    (on Ray: every actor, which must be dead)."""
 
-    def __init__(self, envs: SubprocessEnvManager) -> None:
+    def __init__(self, envs: Any) -> None:
         self.envs = envs
+        self.actors: list[Any] = []
+        self.tokens: dict[int, Any] = {}
+        if hasattr(envs, "actor_info"):
+            self.actors = group_ids(envs)
+            return
         self.tokens = {pid: process_token(pid) for pid in envs.worker_pids}
         self.segment = segment_of(envs.worker_pids)
         assert segment_path(self.segment).exists()
 
     def note_pids(self) -> None:
-        """Record replacement workers too."""
+        """Record replacement workers (or actors) too."""
+        if self.actors:
+            self.actors += [a for a in group_ids(self.envs) if a not in self.actors]
+            return
         for pid in self.envs.worker_pids:
             if pid not in self.tokens:
                 self.tokens[pid] = process_token(pid)
@@ -169,14 +225,17 @@ class Tracker:
         """
         self.note_pids()
         timeout = 0.0 if at_once else 5.0
+        if self.actors:
+            # Ray reports an actor DEAD a little after it is killed: allow for that.
+            left_actors = ray_actors_dead(self.actors, timeout=max(timeout, 20.0))
+            assert not left_actors, f"actors not dead: {left_actors}"
+            return
         left = wait_gone(list(self.tokens.values()), timeout=timeout)
         assert not left, f"worker processes still present (pid: state): {left}"
         assert wait_unlinked(self.segment, timeout=timeout), f"/dev/shm/{self.segment} still exists"
 
 
-def assert_closed_for_good(
-    envs: SubprocessEnvManager, failure: BaseException | None = None
-) -> None:
+def assert_closed_for_good(envs: Any, failure: BaseException | None = None) -> None:
     """Every further call raises: ``ClosedManagerError`` after close(), and after a
     worker ``failure`` the broken-manager error, chained to that failure where the
     package has a separate type for it. Both are a gym ClosedEnvironmentError or a
@@ -233,15 +292,22 @@ def assert_batch_shapes(obs: Any, rew: Any, term: Any, trunc: Any) -> None:
 # ------------------------------------------------------------------ workers that die, no restarts
 
 
-@pytest.mark.parametrize(("kind", "context"), _cases(tuple(DEATHS), SPAWN_DEATHS))
+@on_backends(
+    "kind, context",
+    local=_cases(tuple(DEATHS), SPAWN_DEATHS),
+    caller=CALLER_DIES,
+    ray=RAY_DEATHS,
+)
 def test_worker_death_closes_the_manager_and_names_the_worker(
-    kind: str, context: str, tmp_path: Path
+    backend: Backend, kind: str, context: str, tmp_path: Path
 ) -> None:
     error_type, pattern, exitcode = DEATHS[kind]
     timeout = STEP_TIMEOUT if kind == "hang" else None
     sync, want_obs = reference()
     actions = action_batches(AT_STEP)
-    with make_manager(kind, context, tmp_path, step_timeout=timeout, close_timeout=0.5) as envs:
+    with make_manager(
+        backend, kind, context, tmp_path, step_timeout=timeout, close_timeout=0.5
+    ) as envs:
         tracker = Tracker(envs)
         obs, _ = envs.reset(seed=SEED)
         np.testing.assert_array_equal(obs, want_obs)
@@ -268,9 +334,14 @@ def test_worker_death_closes_the_manager_and_names_the_worker(
 # ------------------------------------------------------------------ workers that die, restarts on
 
 
-@pytest.mark.parametrize(("kind", "context"), _cases(tuple(DEATHS), ("segfault", "hang")))
+@on_backends(
+    "kind, context",
+    local=_cases(tuple(DEATHS), ("segfault", "hang")),
+    caller=CALLER_DIES,
+    ray=RAY_DEATHS,
+)
 def test_worker_death_with_restarts_replaces_the_worker_and_flags_its_envs(
-    kind: str, context: str, tmp_path: Path
+    backend: Backend, kind: str, context: str, tmp_path: Path
 ) -> None:
     _, pattern, _ = DEATHS[kind]
     hang = kind == "hang"
@@ -284,7 +355,7 @@ def test_worker_death_with_restarts_replaces_the_worker_and_flags_its_envs(
         extra = {"step_timeout": STEP_TIMEOUT, "release_file": str(release)}
     sync, _ = reference()
     actions = action_batches(40, seed=1)
-    with make_manager(kind, context, tmp_path, max_restarts=2, **extra) as envs:
+    with make_manager(backend, kind, context, tmp_path, max_restarts=2, **extra) as envs:
         tracker = Tracker(envs)
         pids = list(envs.worker_pids)
         envs.reset(seed=SEED)
@@ -335,10 +406,15 @@ def test_worker_death_with_restarts_replaces_the_worker_and_flags_its_envs(
     tracker.assert_cleaned_up()
 
 
-def test_leaking_worker_reports_growing_rss_until_it_is_killed(tmp_path: Path) -> None:
+@on_backends(caller=CALLER_DIES, ray=RAY_DEATHS)
+def test_leaking_worker_reports_growing_rss_until_it_is_killed(
+    backend: Backend, tmp_path: Path
+) -> None:
     """The leak is visible in the infos; the OOM-style SIGKILL is a restart like any other."""
     leak = 4 << 20
-    with make_manager("leak", "fork", tmp_path, at_step=6, leak_bytes=leak, max_restarts=1) as envs:
+    with make_manager(
+        backend, "leak", "fork", tmp_path, at_step=6, leak_bytes=leak, max_restarts=1
+    ) as envs:
         envs.reset(seed=0)
         zeros = np.zeros(NUM_ENVS, dtype=np.int64)
         rss = []
@@ -370,13 +446,13 @@ def kill_and_wait(pid: int) -> None:
     assert not wait_gone([tok], timeout=5.0, zombie_ok=True)
 
 
-@pytest.mark.parametrize("context", ["fork", "forkserver"])
+@on_backends("context", local=["fork", "forkserver"], caller=["fork"], ray=RAY_DEATHS)
 def test_worker_killed_while_idle_is_replaced_at_the_next_step(
-    context: str, tmp_path: Path
+    backend: Backend, context: str, tmp_path: Path
 ) -> None:
     sync, _ = reference()
     actions = action_batches(4, seed=2)
-    with make_manager("none", context, tmp_path, max_restarts=1) as envs:
+    with make_manager(backend, "none", context, tmp_path, max_restarts=1) as envs:
         tracker = Tracker(envs)
         envs.reset(seed=SEED)
         assert_rows_equal(envs.step(actions[0]), sync.step(actions[0]), slice(None), "step 1")
@@ -395,10 +471,13 @@ def test_worker_killed_while_idle_is_replaced_at_the_next_step(
     tracker.assert_cleaned_up()
 
 
-def test_worker_killed_while_idle_is_replaced_at_the_next_reset(tmp_path: Path) -> None:
+@on_backends(ray=RAY_DEATHS)
+def test_worker_killed_while_idle_is_replaced_at_the_next_reset(
+    backend: Backend, tmp_path: Path
+) -> None:
     """The replacement carries out the reset that was asked for, seeds included."""
     sync, want_obs = reference(seed=3)
-    with make_manager("none", "fork", tmp_path, max_restarts=1) as envs:
+    with make_manager(backend, "none", "fork", tmp_path, max_restarts=1) as envs:
         tracker = Tracker(envs)
         envs.reset(seed=0)
         kill_and_wait(envs.worker_pids[0])
@@ -416,12 +495,12 @@ def test_worker_killed_while_idle_is_replaced_at_the_next_reset(tmp_path: Path) 
     tracker.assert_cleaned_up()
 
 
-@pytest.mark.parametrize("call", ["step", "reset", "get_attr", "send"])
+@on_backends("call", local=["step", "reset", "get_attr", "send"], ray=RAY_DEATHS)
 def test_worker_killed_while_idle_without_restarts_names_the_signal(
-    call: str, tmp_path: Path
+    backend: Backend, call: str, tmp_path: Path
 ) -> None:
     """However the dead worker is found, the error says how it died."""
-    with make_manager("none", "fork", tmp_path) as envs:
+    with make_manager(backend, "none", "fork", tmp_path) as envs:
         tracker = Tracker(envs)
         envs.reset(seed=0)
         kill_and_wait(envs.worker_pids[0])
@@ -445,14 +524,18 @@ def test_worker_killed_while_idle_without_restarts_names_the_signal(
     assert exc.exitcode == -signal.SIGKILL and exc.env_indices == (0, 1)
 
 
-def test_recv_does_not_spin_while_an_idle_worker_is_dead(tmp_path: Path) -> None:
+@on_backends(
+    caller=CALLER_BLOCKS,
+    ray="the spinning it guards against would be the local backend's wait",
+)
+def test_recv_does_not_spin_while_an_idle_worker_is_dead(backend: Backend, tmp_path: Path) -> None:
     """recv() waits for worker 1's slow step while worker 0, not in flight, is dead.
 
     The wait must sleep, not spin on the dead worker's sentinel. Measured in CPU
     seconds of this process (not wall time): a sleeping wait costs milliseconds,
     a spinning one most of the 1.5 s the slow step takes.
     """
-    with make_manager("hang", "fork", tmp_path, hang_seconds=1.5) as envs:
+    with make_manager(backend, "hang", "fork", tmp_path, hang_seconds=1.5) as envs:
         envs.reset(seed=0)
         envs.send(np.zeros(NUM_ENVS, dtype=np.int64))
         envs.recv(batch_size=NUM_ENVS)
@@ -473,14 +556,18 @@ def test_recv_does_not_spin_while_an_idle_worker_is_dead(tmp_path: Path) -> None
 # ------------------------------------------------------------------ restart budget
 
 
-@pytest.mark.parametrize("context", ["fork", "forkserver"])
-@pytest.mark.parametrize("window", [None, 60.0])
+@on_backends(
+    "context, window",
+    local=[pytest.param(c, w, id=f"{w}-{c}") for w in (None, 60.0) for c in ("fork", "forkserver")],
+    caller=CALLER_DIES,
+    ray=RAY_DEATHS,
+)
 def test_failures_beyond_max_restarts_raise_broken_worker_error(
-    context: str, window: float | None, tmp_path: Path
+    backend: Backend, context: str, window: float | None, tmp_path: Path
 ) -> None:
     """The env exits at its 2nd step in every incarnation: 2 restarts, then the 3rd failure."""
     with make_manager(
-        "exit", context, tmp_path, fire_in=None, max_restarts=2, restart_window=window
+        backend, "exit", context, tmp_path, fire_in=None, max_restarts=2, restart_window=window
     ) as envs:
         tracker = Tracker(envs)
         envs.reset(seed=0)
@@ -507,11 +594,12 @@ def test_failures_beyond_max_restarts_raise_broken_worker_error(
     assert incarnations(tmp_path, FAULT_ENV) == 3
 
 
-def test_restarts_older_than_restart_window_do_not_count(tmp_path: Path) -> None:
+@on_backends(caller=CALLER_DIES, ray=RAY_DEATHS)
+def test_restarts_older_than_restart_window_do_not_count(backend: Backend, tmp_path: Path) -> None:
     """With a window, failures spaced further apart than it never use up the budget."""
     window = 0.2
     with make_manager(
-        "exit", "fork", tmp_path, fire_in=None, max_restarts=1, restart_window=window
+        backend, "exit", "fork", tmp_path, fire_in=None, max_restarts=1, restart_window=window
     ) as envs:
         envs.reset(seed=0)
         zeros = np.zeros(NUM_ENVS, dtype=np.int64)
@@ -527,10 +615,13 @@ def test_restarts_older_than_restart_window_do_not_count(tmp_path: Path) -> None
         assert incarnations(tmp_path, FAULT_ENV) == 4
 
 
-def test_a_replacement_whose_factory_raises_closes_the_manager(tmp_path: Path) -> None:
+@on_backends(caller=CALLER_DIES, ray=RAY_DEATHS)
+def test_a_replacement_whose_factory_raises_closes_the_manager(
+    backend: Backend, tmp_path: Path
+) -> None:
     """As at start-up, a factory's own exception is raised as itself and is fatal."""
     with make_manager(
-        "segfault", "fork", tmp_path, rebuild_fault="init_raise", max_restarts=3
+        backend, "segfault", "fork", tmp_path, rebuild_fault="init_raise", max_restarts=3
     ) as envs:
         tracker = Tracker(envs)
         envs.reset(seed=0)
@@ -548,16 +639,22 @@ def test_a_replacement_whose_factory_raises_closes_the_manager(tmp_path: Path) -
     assert incarnations(tmp_path, FAULT_ENV) == 2
 
 
-@pytest.mark.parametrize("rebuild_fault", ["init_exit", "reset_exit"])
+@on_backends("rebuild_fault", local=["init_exit", "reset_exit"], caller=CALLER_DIES, ray=RAY_DEATHS)
 def test_a_replacement_that_dies_while_starting_is_replaced_again(
-    rebuild_fault: str, tmp_path: Path
+    backend: Backend, rebuild_fault: str, tmp_path: Path
 ) -> None:
     """A replacement can be killed too (the OOM killer, a soak test's SIGKILL) before
     it has finished starting. That is one more failure of the worker, to be handled
     under the restart policy like the first, not a reason to close the manager
     while the budget lasts. Here incarnation 1 dies while starting; 2 is healthy."""
     with make_manager(
-        "segfault", "fork", tmp_path, rebuild_fault=rebuild_fault, rebuild_in=(1,), max_restarts=3
+        backend,
+        "segfault",
+        "fork",
+        tmp_path,
+        rebuild_fault=rebuild_fault,
+        rebuild_in=(1,),
+        max_restarts=3,
     ) as envs:
         tracker = Tracker(envs)
         envs.reset(seed=0)
@@ -576,9 +673,12 @@ def test_a_replacement_that_dies_while_starting_is_replaced_again(
     tracker.assert_cleaned_up()
 
 
-def test_replacements_that_keep_dying_while_starting_use_up_the_budget(tmp_path: Path) -> None:
+@on_backends(caller=CALLER_DIES, ray=RAY_DEATHS)
+def test_replacements_that_keep_dying_while_starting_use_up_the_budget(
+    backend: Backend, tmp_path: Path
+) -> None:
     with make_manager(
-        "segfault", "fork", tmp_path, rebuild_fault="init_exit", max_restarts=2
+        backend, "segfault", "fork", tmp_path, rebuild_fault="init_exit", max_restarts=2
     ) as envs:
         tracker = Tracker(envs)
         envs.reset(seed=0)
@@ -597,9 +697,9 @@ def test_replacements_that_keep_dying_while_starting_use_up_the_budget(tmp_path:
 # ------------------------------------------------------------------ exceptions inside envs
 
 
-@pytest.mark.parametrize(
-    ("kind", "context", "max_restarts"),
-    [
+@on_backends(
+    "kind, context, max_restarts",
+    local=[
         pytest.param(k, m, r, id=f"{k}-{m}-restarts{r}")
         for k in ("raise", "unpicklable")
         for m in ("fork", "forkserver")
@@ -609,13 +709,18 @@ def test_replacements_that_keep_dying_while_starting_use_up_the_budget(tmp_path:
         pytest.param("raise", "spawn", 0, id="raise-spawn-restarts0"),
         pytest.param("unpicklable", "spawn", 0, id="unpicklable-spawn-restarts0"),
     ],
+    caller=CALLER_RAISES,
+    # Worth its seconds on Ray: under restarts, an env's exception must not be taken
+    # for the actor's failure (no replacement), and the traceback crosses Ray.
+    ray=[pytest.param("raise", "fork", 2, id="raise-restarts2")],
 )
 def test_env_exception_is_reraised_and_the_worker_survives(
-    kind: str, context: str, max_restarts: int, tmp_path: Path
+    backend: Backend, kind: str, context: str, max_restarts: int, tmp_path: Path
 ) -> None:
-    with make_manager(kind, context, tmp_path, max_restarts=max_restarts) as envs:
+    with make_manager(backend, kind, context, tmp_path, max_restarts=max_restarts) as envs:
         tracker = Tracker(envs)
-        pids = list(envs.worker_pids)
+        pids = group_ids(envs)
+        where = envs._where(FAULT_WORKER)  # WHERE, or the actor's name and node on Ray
         envs.reset(seed=0)
         zeros = np.zeros(NUM_ENVS, dtype=np.int64)
         envs.step(zeros)
@@ -624,7 +729,7 @@ def test_env_exception_is_reraised_and_the_worker_survives(
                 envs.step(zeros)
             exc: BaseException = ei.value
             assert str(exc) == f"env 3 failed at step {AT_STEP}"
-            assert f"raised in envmgr {WHERE}, env 3, during step" in full_text(exc)
+            assert f"raised in envmgr {where}, env 3, during step" in full_text(exc)
             assert exc.worker_index == 1 and exc.env_index == 3  # type: ignore[attr-defined]
             assert isinstance(exc.__cause__, RemoteTraceback)
             remote = str(exc.__cause__)
@@ -636,12 +741,12 @@ def test_env_exception_is_reraised_and_the_worker_survives(
                 envs.step(zeros)
             exc = ei.value
             assert str(exc) == "cannot pickle '_thread.lock' object"
-            assert f"raised in envmgr {WHERE}, during step (sending the result)" in full_text(exc)
+            assert f"raised in envmgr {where}, during step (sending the result)" in full_text(exc)
             assert exc.worker_index == 1  # type: ignore[attr-defined]
             assert isinstance(exc.__cause__, RemoteTraceback)
         # Not a worker failure: nothing was replaced and the manager is usable.
         assert not envs.closed
-        assert envs.worker_pids == pids and envs.restarts == [0, 0]
+        assert group_ids(envs) == pids and envs.restarts == [0, 0]
         sync, want_obs = reference(seed=11)
         obs, _ = envs.reset(seed=11)
         np.testing.assert_array_equal(obs, want_obs)
@@ -654,21 +759,23 @@ def test_env_exception_is_reraised_and_the_worker_survives(
 # ------------------------------------------------------------------ envs that cannot be built
 
 
-@pytest.mark.parametrize(
-    ("kind", "context", "max_restarts"),
-    [
+@on_backends(
+    "kind, context, max_restarts",
+    local=[
         pytest.param(k, m, r, id=f"{k}-{m}-restarts{r}")
         for k in ("init_raise", "init_exit")
         for m, r in (("fork", 0), ("fork", 2), ("forkserver", 0), ("spawn", 0))
     ],
+    caller=f"init_exit: {CALLER_DIES}; init_raise: {CALLER_RAISES}",
+    ray="a factory's error on Ray: test_ray.py::test_factory_error_is_raised_and_leaves_nothing",
 )
 def test_env_that_cannot_be_built_fails_construction(
-    kind: str, context: str, max_restarts: int, tmp_path: Path
+    backend: Backend, kind: str, context: str, max_restarts: int, tmp_path: Path
 ) -> None:
     """Restarts never apply at start-up: the factory's failure is the constructor's."""
     expected = InjectedFault if kind == "init_raise" else WorkerDiedError
     with pytest.raises(expected) as ei:
-        make_manager(kind, context, tmp_path, max_restarts=max_restarts)
+        make_manager(backend, kind, context, tmp_path, max_restarts=max_restarts)
     exc = ei.value
     if kind == "init_raise":
         assert str(exc) == "env 3 refused to be built (incarnation 0)"
@@ -685,20 +792,22 @@ def test_env_that_cannot_be_built_fails_construction(
 # ------------------------------------------------------------------ first-ready API (send/recv)
 
 
-@pytest.mark.parametrize(
-    ("kind", "context", "max_restarts"),
-    [
+@on_backends(
+    "kind, context, max_restarts",
+    local=[
         pytest.param(k, m, r, id=f"{k}-{m}-restarts{r}")
         for k, m in (("segfault", "fork"), ("segfault", "forkserver"), ("hang", "fork"))
         for r in (0, 1)
     ]
     + [pytest.param("exit", "spawn", 0, id="exit-spawn-restarts0")],
+    caller=CALLER_DIES,
+    ray=RAY_DEATHS,
 )
 def test_worker_death_during_recv(
-    kind: str, context: str, max_restarts: int, tmp_path: Path
+    backend: Backend, kind: str, context: str, max_restarts: int, tmp_path: Path
 ) -> None:
     error_type, pattern, _ = DEATHS[kind]
-    with make_manager(kind, context, tmp_path, max_restarts=max_restarts) as envs:
+    with make_manager(backend, kind, context, tmp_path, max_restarts=max_restarts) as envs:
         tracker = Tracker(envs)
         envs.reset(seed=0)
         zeros = np.zeros(NUM_ENVS, dtype=np.int64)
@@ -732,11 +841,13 @@ def test_worker_death_during_recv(
     tracker.assert_cleaned_up()
 
 
-@pytest.mark.parametrize("max_restarts", [0, 1])
-def test_hang_in_recv_with_partial_batches(max_restarts: int, tmp_path: Path) -> None:
+@on_backends("max_restarts", local=[0, 1], caller=CALLER_BLOCKS, ray=RAY_HANG)
+def test_hang_in_recv_with_partial_batches(
+    backend: Backend, max_restarts: int, tmp_path: Path
+) -> None:
     """A hung worker is timed out by the recv that waits for it, not by others."""
     with make_manager(
-        "hang", "fork", tmp_path, max_restarts=max_restarts, step_timeout=STEP_TIMEOUT
+        backend, "hang", "fork", tmp_path, max_restarts=max_restarts, step_timeout=STEP_TIMEOUT
     ) as envs:
         envs.reset(seed=0)
         zeros2 = np.zeros(EPW, dtype=np.int64)
@@ -776,7 +887,13 @@ def workers_asleep(pids: list[int]) -> bool:
 
 
 @pytest.mark.timeout(30)
-def test_recv_returns_a_finished_worker_before_one_sent_later(tmp_path: Path) -> None:
+@on_backends(
+    caller="it orders two worker processes by when they finished; group 1 is this process",
+    ray="it waits until worker processes sleep (/proc), which Ray's actors do not show",
+)
+def test_recv_returns_a_finished_worker_before_one_sent_later(
+    backend: Backend, tmp_path: Path
+) -> None:
     """First-ready means first *finished*, and among finished steps the one sent first:
     a finished worker is never passed over for a lower-numbered worker sent after it.
 
@@ -786,7 +903,9 @@ def test_recv_returns_a_finished_worker_before_one_sent_later(tmp_path: Path) ->
     """
     log = tmp_path / "steps.log"
     log.touch()
-    with make_manager("none", "fork", tmp_path, step_log=str(log), spin_seconds=0.0) as envs:
+    with make_manager(
+        backend, "none", "fork", tmp_path, step_log=str(log), spin_seconds=0.0
+    ) as envs:
         envs.reset(seed=0)
         zeros = np.zeros(EPW, dtype=np.int64)
         pids = list(envs.worker_pids)
@@ -805,12 +924,12 @@ def test_recv_returns_a_finished_worker_before_one_sent_later(tmp_path: Path) ->
 # ------------------------------------------------------------------ bad input and call order
 
 
-@pytest.mark.parametrize("context", ["fork", "forkserver", "spawn"])
+@on_backends("context", local=["fork", "forkserver", "spawn"], caller=FRONT_END, ray=FRONT_END)
 def test_bad_actions_raise_value_error_and_the_manager_stays_usable(
-    context: str, tmp_path: Path
+    backend: Backend, context: str, tmp_path: Path
 ) -> None:
     # "strict": the default ("safe") passes the range and sign cases on to the env.
-    with make_manager("none", context, tmp_path, check_actions="strict") as envs:
+    with make_manager(backend, "none", context, tmp_path, check_actions="strict") as envs:
         envs.reset(seed=0)
         good = np.array([0, 1, 0, 1])
         bad = {
@@ -842,9 +961,10 @@ def test_bad_actions_raise_value_error_and_the_manager_stays_usable(
         envs.step(good)
 
 
-def test_send_names_the_env_a_bad_action_was_meant_for(tmp_path: Path) -> None:
+@on_backends(caller=FRONT_END, ray=FRONT_END)
+def test_send_names_the_env_a_bad_action_was_meant_for(backend: Backend, tmp_path: Path) -> None:
     """send() checks a sub-batch; its message must name the global env id, not the position."""
-    with make_manager("none", "fork", tmp_path, check_actions="strict") as envs:
+    with make_manager(backend, "none", "fork", tmp_path, check_actions="strict") as envs:
         envs.reset(seed=0)
         with pytest.raises(ValueError) as ei:
             envs.send(np.array([0, 5]), [2, 3])  # env 3's action is out of Discrete(2)
@@ -853,9 +973,10 @@ def test_send_names_the_env_a_bad_action_was_meant_for(tmp_path: Path) -> None:
     assert "env 3 (worker 1)" in str(ei.value), str(ei.value)
 
 
-def test_nan_and_out_of_bounds_box_actions(tmp_path: Path) -> None:
+@on_backends(caller=FRONT_END, ray=FRONT_END)
+def test_nan_and_out_of_bounds_box_actions(backend: Backend, tmp_path: Path) -> None:
     fns = [BoxActionEnv] * NUM_ENVS
-    with SubprocessEnvManager(fns, N_WORKERS, EPW, context="fork", check_actions="strict") as envs:
+    with backend(fns, N_WORKERS, EPW, context="fork", check_actions="strict") as envs:
         envs.reset(seed=0)
         actions = np.zeros((NUM_ENVS, 2), dtype=np.float32)
         for value, pattern in (
@@ -873,9 +994,9 @@ def test_nan_and_out_of_bounds_box_actions(tmp_path: Path) -> None:
             envs.step(np.zeros((NUM_ENVS, 3), dtype=np.float32))
 
 
-@pytest.mark.parametrize("context", ["fork", "forkserver", "spawn"])
-def test_calls_out_of_order(context: str, tmp_path: Path) -> None:
-    with make_manager("none", context, tmp_path) as envs:
+@on_backends("context", local=["fork", "forkserver", "spawn"], caller=FRONT_END, ray=FRONT_END)
+def test_calls_out_of_order(backend: Backend, context: str, tmp_path: Path) -> None:
+    with make_manager(backend, "none", context, tmp_path) as envs:
         zeros = np.zeros(NUM_ENVS, dtype=np.int64)
         envs.reset(seed=0)
         with pytest.raises(NoAsyncCallError) as ei:
@@ -912,8 +1033,11 @@ def test_calls_out_of_order(context: str, tmp_path: Path) -> None:
     assert_closed_for_good(envs)
 
 
-def test_close_with_a_step_in_flight_then_calls_raise_closed(tmp_path: Path) -> None:
-    envs = make_manager("none", "fork", tmp_path)
+@on_backends(ray="closing Ray actors: test_ray.py::test_close_leaves_no_actors")
+def test_close_with_a_step_in_flight_then_calls_raise_closed(
+    backend: Backend, tmp_path: Path
+) -> None:
+    envs = make_manager(backend, "none", "fork", tmp_path)
     tracker = Tracker(envs)
     envs.reset(seed=0)
     envs.send(np.zeros(NUM_ENVS, dtype=np.int64))
