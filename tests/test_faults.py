@@ -126,6 +126,7 @@ RAY_HANG = (
     "test_ray_late_replies.py (xfail) pins that"
 )
 FRONT_END = "the front end refuses it before any backend is reached: the local case covers all"
+LOCAL = Backend("local")
 
 
 def _cases(kinds: tuple[str, ...], spawn_kinds: tuple[str, ...]) -> list[Any]:
@@ -142,15 +143,18 @@ def action_batches(steps: int, seed: int = 0) -> list[np.ndarray]:
 
 
 def make_manager(
-    backend: Backend,
     kind: str,
     context: str,
     tmp_path: Path,
     *,
+    backend: Backend = LOCAL,
     at_step: int = AT_STEP,
     **kwargs: Any,
 ) -> Any:
-    """2 groups x 2 envs; env 3 carries ``kind`` (first incarnation only, unless ``fire_in``)."""
+    """2 groups x 2 envs; env 3 carries ``kind`` (first incarnation only, unless ``fire_in``).
+
+    ``backend`` defaults to the local manager: test_late_replies.py builds its managers here.
+    """
     env_kwargs = {
         k: kwargs.pop(k)
         for k in (
@@ -306,7 +310,7 @@ def test_worker_death_closes_the_manager_and_names_the_worker(
     sync, want_obs = reference()
     actions = action_batches(AT_STEP)
     with make_manager(
-        backend, kind, context, tmp_path, step_timeout=timeout, close_timeout=0.5
+        kind, context, tmp_path, step_timeout=timeout, close_timeout=0.5, backend=backend
     ) as envs:
         tracker = Tracker(envs)
         obs, _ = envs.reset(seed=SEED)
@@ -355,7 +359,7 @@ def test_worker_death_with_restarts_replaces_the_worker_and_flags_its_envs(
         extra = {"step_timeout": STEP_TIMEOUT, "release_file": str(release)}
     sync, _ = reference()
     actions = action_batches(40, seed=1)
-    with make_manager(backend, kind, context, tmp_path, max_restarts=2, **extra) as envs:
+    with make_manager(kind, context, tmp_path, max_restarts=2, **extra, backend=backend) as envs:
         tracker = Tracker(envs)
         pids = list(envs.worker_pids)
         envs.reset(seed=SEED)
@@ -413,7 +417,7 @@ def test_leaking_worker_reports_growing_rss_until_it_is_killed(
     """The leak is visible in the infos; the OOM-style SIGKILL is a restart like any other."""
     leak = 4 << 20
     with make_manager(
-        backend, "leak", "fork", tmp_path, at_step=6, leak_bytes=leak, max_restarts=1
+        "leak", "fork", tmp_path, at_step=6, leak_bytes=leak, max_restarts=1, backend=backend
     ) as envs:
         envs.reset(seed=0)
         zeros = np.zeros(NUM_ENVS, dtype=np.int64)
@@ -452,7 +456,7 @@ def test_worker_killed_while_idle_is_replaced_at_the_next_step(
 ) -> None:
     sync, _ = reference()
     actions = action_batches(4, seed=2)
-    with make_manager(backend, "none", context, tmp_path, max_restarts=1) as envs:
+    with make_manager("none", context, tmp_path, max_restarts=1, backend=backend) as envs:
         tracker = Tracker(envs)
         envs.reset(seed=SEED)
         assert_rows_equal(envs.step(actions[0]), sync.step(actions[0]), slice(None), "step 1")
@@ -477,7 +481,7 @@ def test_worker_killed_while_idle_is_replaced_at_the_next_reset(
 ) -> None:
     """The replacement carries out the reset that was asked for, seeds included."""
     sync, want_obs = reference(seed=3)
-    with make_manager(backend, "none", "fork", tmp_path, max_restarts=1) as envs:
+    with make_manager("none", "fork", tmp_path, max_restarts=1, backend=backend) as envs:
         tracker = Tracker(envs)
         envs.reset(seed=0)
         kill_and_wait(envs.worker_pids[0])
@@ -500,7 +504,7 @@ def test_worker_killed_while_idle_without_restarts_names_the_signal(
     backend: Backend, call: str, tmp_path: Path
 ) -> None:
     """However the dead worker is found, the error says how it died."""
-    with make_manager(backend, "none", "fork", tmp_path) as envs:
+    with make_manager("none", "fork", tmp_path, backend=backend) as envs:
         tracker = Tracker(envs)
         envs.reset(seed=0)
         kill_and_wait(envs.worker_pids[0])
@@ -535,7 +539,7 @@ def test_recv_does_not_spin_while_an_idle_worker_is_dead(backend: Backend, tmp_p
     seconds of this process (not wall time): a sleeping wait costs milliseconds,
     a spinning one most of the 1.5 s the slow step takes.
     """
-    with make_manager(backend, "hang", "fork", tmp_path, hang_seconds=1.5) as envs:
+    with make_manager("hang", "fork", tmp_path, hang_seconds=1.5, backend=backend) as envs:
         envs.reset(seed=0)
         envs.send(np.zeros(NUM_ENVS, dtype=np.int64))
         envs.recv(batch_size=NUM_ENVS)
@@ -567,7 +571,13 @@ def test_failures_beyond_max_restarts_raise_broken_worker_error(
 ) -> None:
     """The env exits at its 2nd step in every incarnation: 2 restarts, then the 3rd failure."""
     with make_manager(
-        backend, "exit", context, tmp_path, fire_in=None, max_restarts=2, restart_window=window
+        "exit",
+        context,
+        tmp_path,
+        fire_in=None,
+        max_restarts=2,
+        restart_window=window,
+        backend=backend,
     ) as envs:
         tracker = Tracker(envs)
         envs.reset(seed=0)
@@ -599,7 +609,13 @@ def test_restarts_older_than_restart_window_do_not_count(backend: Backend, tmp_p
     """With a window, failures spaced further apart than it never use up the budget."""
     window = 0.2
     with make_manager(
-        backend, "exit", "fork", tmp_path, fire_in=None, max_restarts=1, restart_window=window
+        "exit",
+        "fork",
+        tmp_path,
+        fire_in=None,
+        max_restarts=1,
+        restart_window=window,
+        backend=backend,
     ) as envs:
         envs.reset(seed=0)
         zeros = np.zeros(NUM_ENVS, dtype=np.int64)
@@ -621,7 +637,7 @@ def test_a_replacement_whose_factory_raises_closes_the_manager(
 ) -> None:
     """As at start-up, a factory's own exception is raised as itself and is fatal."""
     with make_manager(
-        backend, "segfault", "fork", tmp_path, rebuild_fault="init_raise", max_restarts=3
+        "segfault", "fork", tmp_path, rebuild_fault="init_raise", max_restarts=3, backend=backend
     ) as envs:
         tracker = Tracker(envs)
         envs.reset(seed=0)
@@ -648,13 +664,13 @@ def test_a_replacement_that_dies_while_starting_is_replaced_again(
     under the restart policy like the first, not a reason to close the manager
     while the budget lasts. Here incarnation 1 dies while starting; 2 is healthy."""
     with make_manager(
-        backend,
         "segfault",
         "fork",
         tmp_path,
         rebuild_fault=rebuild_fault,
         rebuild_in=(1,),
         max_restarts=3,
+        backend=backend,
     ) as envs:
         tracker = Tracker(envs)
         envs.reset(seed=0)
@@ -678,7 +694,7 @@ def test_replacements_that_keep_dying_while_starting_use_up_the_budget(
     backend: Backend, tmp_path: Path
 ) -> None:
     with make_manager(
-        backend, "segfault", "fork", tmp_path, rebuild_fault="init_exit", max_restarts=2
+        "segfault", "fork", tmp_path, rebuild_fault="init_exit", max_restarts=2, backend=backend
     ) as envs:
         tracker = Tracker(envs)
         envs.reset(seed=0)
@@ -717,7 +733,7 @@ def test_replacements_that_keep_dying_while_starting_use_up_the_budget(
 def test_env_exception_is_reraised_and_the_worker_survives(
     backend: Backend, kind: str, context: str, max_restarts: int, tmp_path: Path
 ) -> None:
-    with make_manager(backend, kind, context, tmp_path, max_restarts=max_restarts) as envs:
+    with make_manager(kind, context, tmp_path, max_restarts=max_restarts, backend=backend) as envs:
         tracker = Tracker(envs)
         pids = group_ids(envs)
         where = envs._where(FAULT_WORKER)  # WHERE, or the actor's name and node on Ray
@@ -775,7 +791,7 @@ def test_env_that_cannot_be_built_fails_construction(
     """Restarts never apply at start-up: the factory's failure is the constructor's."""
     expected = InjectedFault if kind == "init_raise" else WorkerDiedError
     with pytest.raises(expected) as ei:
-        make_manager(backend, kind, context, tmp_path, max_restarts=max_restarts)
+        make_manager(kind, context, tmp_path, max_restarts=max_restarts, backend=backend)
     exc = ei.value
     if kind == "init_raise":
         assert str(exc) == "env 3 refused to be built (incarnation 0)"
@@ -807,7 +823,7 @@ def test_worker_death_during_recv(
     backend: Backend, kind: str, context: str, max_restarts: int, tmp_path: Path
 ) -> None:
     error_type, pattern, _ = DEATHS[kind]
-    with make_manager(backend, kind, context, tmp_path, max_restarts=max_restarts) as envs:
+    with make_manager(kind, context, tmp_path, max_restarts=max_restarts, backend=backend) as envs:
         tracker = Tracker(envs)
         envs.reset(seed=0)
         zeros = np.zeros(NUM_ENVS, dtype=np.int64)
@@ -847,7 +863,12 @@ def test_hang_in_recv_with_partial_batches(
 ) -> None:
     """A hung worker is timed out by the recv that waits for it, not by others."""
     with make_manager(
-        backend, "hang", "fork", tmp_path, max_restarts=max_restarts, step_timeout=STEP_TIMEOUT
+        "hang",
+        "fork",
+        tmp_path,
+        max_restarts=max_restarts,
+        step_timeout=STEP_TIMEOUT,
+        backend=backend,
     ) as envs:
         envs.reset(seed=0)
         zeros2 = np.zeros(EPW, dtype=np.int64)
@@ -904,7 +925,7 @@ def test_recv_returns_a_finished_worker_before_one_sent_later(
     log = tmp_path / "steps.log"
     log.touch()
     with make_manager(
-        backend, "none", "fork", tmp_path, step_log=str(log), spin_seconds=0.0
+        "none", "fork", tmp_path, step_log=str(log), spin_seconds=0.0, backend=backend
     ) as envs:
         envs.reset(seed=0)
         zeros = np.zeros(EPW, dtype=np.int64)
@@ -929,7 +950,7 @@ def test_bad_actions_raise_value_error_and_the_manager_stays_usable(
     backend: Backend, context: str, tmp_path: Path
 ) -> None:
     # "strict": the default ("safe") passes the range and sign cases on to the env.
-    with make_manager(backend, "none", context, tmp_path, check_actions="strict") as envs:
+    with make_manager("none", context, tmp_path, check_actions="strict", backend=backend) as envs:
         envs.reset(seed=0)
         good = np.array([0, 1, 0, 1])
         bad = {
@@ -964,7 +985,7 @@ def test_bad_actions_raise_value_error_and_the_manager_stays_usable(
 @on_backends(caller=FRONT_END, ray=FRONT_END)
 def test_send_names_the_env_a_bad_action_was_meant_for(backend: Backend, tmp_path: Path) -> None:
     """send() checks a sub-batch; its message must name the global env id, not the position."""
-    with make_manager(backend, "none", "fork", tmp_path, check_actions="strict") as envs:
+    with make_manager("none", "fork", tmp_path, check_actions="strict", backend=backend) as envs:
         envs.reset(seed=0)
         with pytest.raises(ValueError) as ei:
             envs.send(np.array([0, 5]), [2, 3])  # env 3's action is out of Discrete(2)
@@ -996,7 +1017,7 @@ def test_nan_and_out_of_bounds_box_actions(backend: Backend, tmp_path: Path) -> 
 
 @on_backends("context", local=["fork", "forkserver", "spawn"], caller=FRONT_END, ray=FRONT_END)
 def test_calls_out_of_order(backend: Backend, context: str, tmp_path: Path) -> None:
-    with make_manager(backend, "none", context, tmp_path) as envs:
+    with make_manager("none", context, tmp_path, backend=backend) as envs:
         zeros = np.zeros(NUM_ENVS, dtype=np.int64)
         envs.reset(seed=0)
         with pytest.raises(NoAsyncCallError) as ei:
@@ -1037,7 +1058,7 @@ def test_calls_out_of_order(backend: Backend, context: str, tmp_path: Path) -> N
 def test_close_with_a_step_in_flight_then_calls_raise_closed(
     backend: Backend, tmp_path: Path
 ) -> None:
-    envs = make_manager(backend, "none", "fork", tmp_path)
+    envs = make_manager("none", "fork", tmp_path, backend=backend)
     tracker = Tracker(envs)
     envs.reset(seed=0)
     envs.send(np.zeros(NUM_ENVS, dtype=np.int64))
