@@ -36,6 +36,16 @@ import numpy as np
 import pytest
 from conftest import Backend, on_backends
 from envs import DictActionEnv, VariableObsEnv, assert_same
+from fault_cases import (
+    CALLER_BLOCKS,
+    CALLER_DIES,
+    CALLER_RAISES,
+    RAY_DEATHS,
+    RAY_HANG,
+    WHERE,
+    group_ids,
+    wait_until,
+)
 from fault_envs import (
     InjectedFault,
     fault_env_fns,
@@ -46,16 +56,6 @@ from fault_envs import (
 )
 from gymnasium.vector import SyncVectorEnv
 from helpers import full_text
-from test_faults import (
-    CALLER_BLOCKS,
-    CALLER_DIES,
-    CALLER_RAISES,
-    RAY_DEATHS,
-    RAY_HANG,
-    WHERE,
-    group_ids,
-    wait_until,
-)
 
 import envmgr
 from envmgr import (
@@ -77,7 +77,7 @@ N = 4  # envs: 2 workers x 2
 ZEROS = np.zeros(N, dtype=np.int64)
 
 
-# Why a backend cannot run a test (the skipped case's reason), besides test_faults.py's.
+# Why a backend cannot run a test (the skipped case's reason), besides fault_cases.py's.
 RAY_BYTES = "it counts the bytes worker processes move (/proc/<pid>/io): Ray's actors pickle"
 RAY_DOORBELL = "the doorbell and its wake-ups are the local backend's"
 LOCAL_ONLY = "start methods and the forkserver are the local workers' (caller_envs adds none)"

@@ -1,7 +1,7 @@
 """Dead and hung workers on SubprocessEnvManager: WorkerDiedError naming the signal or
 exit code, WorkerTimeoutError (a TimeoutError), and replacement under ``max_restarts``
 (the replaced envs truncated, showing their new episode). The fault matrix over
-every start method is ``test_faults.py``.
+every start method is ``test_faults.py`` and the files it names.
 
 (envmgr.backends.local.process, envmgr.frontend.restarts)
 """
