@@ -1,5 +1,6 @@
 """Shared fixtures: a leak check around every test, the start-method parameter, the
-Ray session, and the ``backend`` parameter (the contract both managers keep).
+Ray session, and the ``backend`` parameter (the contract every backend keeps; how it
+builds each backend's manager, and ``on_backends``, are in ``backend_cases.py``).
 
 The leak check runs after each test (and fails it, as a teardown error, with a
 message naming what leaked):
@@ -25,9 +26,19 @@ import textwrap
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
+
+# Re-exported (test modules import them from conftest) as well as used here.
+from backend_cases import (  # noqa: F401
+    BACKENDS,
+    DEFAULT_BACKENDS,
+    NODE_IP,
+    RAY_REASON,
+    Backend,
+    LocalRay,
+    on_backends,
+)
 
 from envmgr import timers
 from envmgr.protocol.shared_memory import SEGMENT_PREFIX, SharedBuffers
@@ -224,31 +235,6 @@ def run_python() -> Callable[..., subprocess.CompletedProcess[str]]:
 
 # ------------------------------------------------------------------ Ray and the backend parameter
 
-RAY_REASON = 'ray is not installed: pip install "envmgr[ray]" to run the Ray backend tests'
-NODE_IP = "127.0.0.2"  # Ray rewrites 127.0.0.1 to the host's external address
-
-
-class LocalRay:
-    """The session's Ray instance: started once, restarted if a module stopped it."""
-
-    def __init__(self, ray: Any) -> None:
-        self.ray = ray
-        self.starts = 0
-
-    def ensure(self) -> Any:
-        if not self.ray.is_initialized():
-            os.environ["RAY_AUTH_MODE"] = "disabled"
-            os.environ["RAY_USAGE_STATS_ENABLED"] = "0"  # no reporting over the network
-            self.ray.init(
-                address="local",  # never attach to a stray cluster
-                num_cpus=2,
-                include_dashboard=False,
-                _node_ip_address=NODE_IP,
-                log_to_driver=False,
-            )
-            self.starts += 1
-        return self.ray
-
 
 @pytest.fixture(scope="session")
 def ray_session() -> Iterator[LocalRay]:
@@ -263,72 +249,22 @@ def ray_session() -> Iterator[LocalRay]:
         ray.shutdown()
 
 
-#: Keyword arguments only the local manager (or AsyncVectorEnv) takes.
-_LOCAL_ONLY = ("shared_memory", "daemon", "spin_seconds", "parent_spin_seconds", "context")
-
-
-class Backend:
-    """How a test builds a manager of the kind under test, and hurts one of its groups.
-
-    ``backend(env_fns, n_groups, per_group, **kwargs)`` takes the local manager's
-    arguments; for Ray, groups are actors and local-only arguments are dropped.
-    """
-
-    def __init__(self, name: str, ray: Any = None) -> None:
-        self.name = name
-        self.ray = ray
-
-    def __call__(
-        self, env_fns: Any, n_groups: int | None = None, per_group: int | None = None, **kw: Any
-    ) -> Any:
-        if self.name == "local":
-            from envmgr import SubprocessEnvManager
-
-            return SubprocessEnvManager(env_fns, n_groups, per_group, **kw)
-        from envmgr import RayEnvManager
-
-        for key in _LOCAL_ONLY:
-            kw.pop(key, None)
-        kw.setdefault("num_cpus_per_actor", 0.25)
-        return RayEnvManager(env_fns, n_groups, per_group, **kw)
-
-    def kill(self, envs: Any, g: int) -> None:
-        """Kill group ``g`` (its process, or its actor) and wait until it is gone."""
-        if self.name == "local":
-            pid = envs.worker_pids[g]
-            os.kill(pid, signal.SIGKILL)
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline and (_status(pid) or {}).get("State", "Z")[0] != "Z":
-                time.sleep(0.01)
-            return
-        from ray._private import state
-
-        actor_id = envs.actor_info[g].actor_id
-        self.ray.kill(envs.actor_handles[g], no_restart=True)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            if state.actors().get(actor_id, {}).get("State") == "DEAD":
-                return
-            time.sleep(0.05)
-
-    def __repr__(self) -> str:
-        return self.name
-
-
-@pytest.fixture(scope="module", params=["local", "ray"])
+@pytest.fixture(scope="module", params=DEFAULT_BACKENDS)
 def backend(request: pytest.FixtureRequest) -> Backend:
-    """Each manager in turn: local worker processes, then Ray actors.
+    """Each manager in turn: local worker processes, then Ray actors; with
+    ``on_backends``, also local workers with the last group's envs stepped in this
+    process (``caller_envs``), between the two.
 
     Module scope, so a Ray instance started here is up before the leak check's
     snapshot of the first test (Ray's processes are not that test's leak).
     """
-    if request.param == "local":
-        return Backend("local")
+    if request.param in ("local", "caller"):
+        return Backend(request.param)
     import cloudpickle
 
     ray = request.getfixturevalue("ray_session").ensure()
     # Ray's workers cannot import the test modules: ship their envs by value.
-    for name in ("envs", "fault_envs", request.module.__name__):
+    for name in ("envs", "fault_envs", "helpers", request.module.__name__):
         if name in sys.modules:
             cloudpickle.register_pickle_by_value(sys.modules[name])
     return Backend("ray", ray)

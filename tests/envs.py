@@ -6,7 +6,7 @@ worker processes and in a ``SyncVectorEnv`` give identical results.
 
 The module is imported by name (``envs``) in worker processes: pytest puts
 ``tests/`` on ``sys.path`` and every start method hands the parent's
-``sys.path`` to its children (checked by ``test_manager.py``).
+``sys.path`` to its children (checked by ``test_start_methods.py``).
 """
 
 from __future__ import annotations

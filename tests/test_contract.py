@@ -1,4 +1,6 @@
-"""The contract both managers keep, run over the ``backend`` parameter (local, Ray).
+"""The contract both managers keep, run over the ``backend`` parameter: local workers,
+local workers with the last group's envs stepped in this process (``caller_envs``),
+and Ray actors.
 
 Restarts and failures (a lost group is replaced under ``max_restarts``; beyond it the
 manager is broken, not closed), env errors as their own type, uneven layouts, and the
@@ -15,8 +17,9 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
-from conftest import Backend
+from conftest import Backend, on_backends
 from envs import DictObsEnv, EnvBoom, ExplodingEnv
+from helpers import cartpole
 
 from envmgr.errors import (
     AlreadyPendingCallError,
@@ -29,10 +32,6 @@ from envmgr.errors import (
 pytestmark = pytest.mark.timeout(120)
 
 
-def cartpole() -> gym.Env[Any, Any]:
-    return gym.make("CartPole-v1")
-
-
 def tagged(n: int) -> list[Any]:
     return [functools.partial(DictObsEnv, tag=i) for i in range(n)]
 
@@ -40,6 +39,7 @@ def tagged(n: int) -> list[Any]:
 # ----------------------------------------------------------------------------- restarts
 
 
+@on_backends(caller="it kills group 1, the caller's envs: this process, which cannot be lost")
 def test_lost_group_is_replaced_then_the_budget_breaks_the_manager(backend: Backend) -> None:
     zeros = np.zeros(4, dtype=np.int64)
     with backend(cartpole, 2, 2, max_restarts=1) as envs:
@@ -80,6 +80,7 @@ def test_lost_group_is_replaced_then_the_budget_breaks_the_manager(backend: Back
         envs.step(zeros)
 
 
+@on_backends()
 def test_without_restarts_a_lost_group_breaks_the_manager(backend: Backend) -> None:
     zeros = np.zeros(4, dtype=np.int64)
     with backend(cartpole, 2, 2) as envs:
@@ -94,6 +95,7 @@ def test_without_restarts_a_lost_group_breaks_the_manager(backend: Backend) -> N
             assert later.value.__cause__ is ei.value
 
 
+@on_backends()
 def test_env_errors_come_back_as_their_own_type(backend: Backend) -> None:
     fns = [ExplodingEnv, ExplodingEnv, functools.partial(ExplodingEnv, explode_at=1), ExplodingEnv]
     with backend(fns, 2, 2) as envs:
@@ -110,6 +112,7 @@ def test_env_errors_come_back_as_their_own_type(backend: Backend) -> None:
 # ----------------------------------------------------------------------------- layouts
 
 
+@on_backends()
 def test_uneven_layout_send_recv_follow_the_real_groups(backend: Backend) -> None:
     with backend(tagged(5), 2) as envs:
         assert envs.num_envs == 5
@@ -151,6 +154,7 @@ def read_tag(env: gym.Env[Any, Any], plus: int = 0) -> int:
     return int(env.unwrapped.tag) + plus  # type: ignore[attr-defined]
 
 
+@on_backends()
 def test_per_env_call_get_attr_set_attr_apply(backend: Backend) -> None:
     with backend(tagged(5), 2) as envs:  # worker 0: envs 0-2, worker 1: envs 3-4
         posts = _spy_on_posts(envs)

@@ -26,222 +26,86 @@ them (never a slow step racing a timeout), sleeps longer than a
 Orderings are observed through the envs themselves (``step_log``,
 ``ready_file``), not through sleeps.
 
-Also here: workers SIGKILLed from outside while idle, replacements that die
-while starting, the first-ready API (``send``/``recv``) under faults, and bad
-input / calls out of order.
+Elsewhere, with the same layout and helpers (``fault_cases.py``): workers SIGKILLed
+from outside while idle (``test_killed_while_idle.py``), the restart budget and
+replacements that die while starting (``test_restart_budget.py``), the first-ready
+API under faults (``test_first_ready_faults.py``), and bad input / calls out of
+order (``test_bad_input.py``).
+
+Backends (``conftest.on_backends``), here and in those files: every test runs on
+the local manager, and on the caller case (``caller_envs``: group 1, envs 2-3,
+stepped in this process) and Ray where it applies; where it does not, its skipped
+case says why. Most faults end env 3's process, which in the caller case is the
+test's own, and most assert what only a local worker shows (signal, exit code,
+pids, the segment). Ray runs the few cases not pinned elsewhere (Ray's deaths,
+restarts and env errors are ``test_contract.py``'s and ``test_ray.py``'s); each
+Ray case costs seconds.
 """
 
 from __future__ import annotations
 
-import os
 import re
-import signal
-import time
 from pathlib import Path
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 import pytest
-from envs import BoxActionEnv
+from conftest import Backend, on_backends
+from fault_cases import (
+    AT_STEP,
+    CALLER_DIES,
+    CALLER_RAISES,
+    DEATHS,
+    FAULT_ENV,
+    FAULT_WORKER,
+    NUM_ENVS,
+    RAY_DEATHS,
+    SEED,
+    SPAWN_DEATHS,
+    STEP_TIMEOUT,
+    WHERE,
+    Tracker,
+    action_batches,
+    assert_batch_shapes,
+    assert_closed_for_good,
+    assert_rows_equal,
+    group_ids,
+    make_manager,
+    reference,
+    start_method_cases,
+)
 from fault_envs import (
     EXIT_CODE,
     InjectedFault,
-    fault_env_fns,
     incarnations,
-    process_state,
-    process_token,
-    segment_of,
-    segment_path,
     wait_gone,
-    wait_unlinked,
 )
-from gymnasium.vector import SyncVectorEnv
+from helpers import full_text
 
 from envmgr import (
-    AlreadyPendingCallError,
-    BrokenManagerError,
-    BrokenWorkerError,
-    ClosedManagerError,
-    NoAsyncCallError,
     RemoteTraceback,
-    SubprocessEnvManager,
     WorkerDiedError,
-    WorkerFailure,
-    WorkerTimeoutError,
 )
 
 pytestmark = pytest.mark.timeout(60)
 
-N_WORKERS, EPW = 2, 2
-NUM_ENVS = N_WORKERS * EPW
-FAULT_ENV = 3  # the second env of worker 1
-FAULT_WORKER = FAULT_ENV // EPW
-AT_STEP = 2  # the fault fires on the env's 2nd step call
-WHERE = "worker 1 (envs 2-3)"
-STEP_TIMEOUT = 1.5  # only the hanging envs need one; healthy steps take microseconds
-SEED = 7
 
-# kind -> (exception type, message pattern, exit code) for faults that end the worker.
-DEATHS: dict[str, tuple[type[WorkerFailure], str, int | None]] = {
-    "segfault": (
-        WorkerDiedError,
-        r"was killed by signal SIGSEGV \(exit code -11\) during step",
-        -11,
-    ),
-    "sigsegv": (
-        WorkerDiedError,
-        r"was killed by signal SIGSEGV \(exit code -11\) during step",
-        -11,
-    ),
-    "exit": (WorkerDiedError, rf"exited with code {EXIT_CODE} during step", EXIT_CODE),
-    "sigkill": (WorkerDiedError, r"was killed by signal SIGKILL \(exit code -9\) during step", -9),
-    "leak": (WorkerDiedError, r"was killed by signal SIGKILL \(exit code -9\) during step", -9),
-    "hang": (WorkerTimeoutError, rf"did not answer step within {STEP_TIMEOUT} s", None),
-}
-SPAWN_DEATHS = ("segfault", "exit", "hang")
-
-
-def _cases(kinds: tuple[str, ...], spawn_kinds: tuple[str, ...]) -> list[Any]:
-    cases = [pytest.param(k, m, id=f"{k}-{m}") for m in ("fork", "forkserver") for k in kinds]
-    return cases + [pytest.param(k, "spawn", id=f"{k}-spawn") for k in spawn_kinds]
-
-
-# ------------------------------------------------------------------ helpers
-
-
-def full_text(exc: BaseException) -> str:
-    """An exception's message and notes."""
-    return "\n".join([str(exc), *getattr(exc, "__notes__", [])])
-
-
-def action_batches(steps: int, seed: int = 0) -> list[np.ndarray]:
-    rng = np.random.default_rng(seed)
-    return [rng.integers(0, 2, size=NUM_ENVS).astype(np.int64) for _ in range(steps)]
-
-
-def make_manager(
-    kind: str, context: str, tmp_path: Path, *, at_step: int = AT_STEP, **kwargs: Any
-) -> SubprocessEnvManager:
-    """2 workers x 2 envs; env 3 carries ``kind`` (first incarnation only, unless ``fire_in``)."""
-    env_kwargs = {
-        k: kwargs.pop(k)
-        for k in (
-            "fire_in",
-            "rebuild_fault",
-            "rebuild_in",
-            "hang_seconds",
-            "leak_bytes",
-            "ready_file",
-            "release_file",
-            "step_log",
-        )
-        if k in kwargs
-    }
-    fns = fault_env_fns(
-        kind, NUM_ENVS, FAULT_ENV, at_step=at_step, state_dir=tmp_path, **env_kwargs
-    )
-    kwargs.setdefault("close_timeout", 1.0)
-    return SubprocessEnvManager(fns, N_WORKERS, EPW, context=context, **kwargs)
-
-
-class Tracker:
-    """Remembers every worker process and the segment of one manager, to check cleanup."""
-
-    def __init__(self, envs: SubprocessEnvManager) -> None:
-        self.envs = envs
-        self.tokens = {pid: process_token(pid) for pid in envs.worker_pids}
-        self.segment = segment_of(envs.worker_pids)
-        assert segment_path(self.segment).exists()
-
-    def note_pids(self) -> None:
-        """Record replacement workers too."""
-        for pid in self.envs.worker_pids:
-            if pid not in self.tokens:
-                self.tokens[pid] = process_token(pid)
-
-    def assert_cleaned_up(self, at_once: bool = False) -> None:
-        """Every worker ever started is gone (reaped, not a zombie); the segment is unlinked.
-
-        Args:
-            at_once: Check without waiting: for a manager that must have cleaned
-                up before its error reached the caller (or before close() returned).
-        """
-        self.note_pids()
-        timeout = 0.0 if at_once else 5.0
-        left = wait_gone(list(self.tokens.values()), timeout=timeout)
-        assert not left, f"worker processes still present (pid: state): {left}"
-        assert wait_unlinked(self.segment, timeout=timeout), f"/dev/shm/{self.segment} still exists"
-
-
-def assert_closed_for_good(
-    envs: SubprocessEnvManager, failure: BaseException | None = None
-) -> None:
-    """Every further call raises: ``ClosedManagerError`` after close(), and after a
-    worker ``failure`` the broken-manager error, chained to that failure where the
-    package has a separate type for it. Both are a gym ClosedEnvironmentError or a
-    ``WorkerFailure``, so callers' ``except`` clauses keep working."""
-    assert envs.closed
-    expected: type[Exception] = ClosedManagerError if failure is None else BrokenManagerError
-    actions = np.zeros(NUM_ENVS, dtype=np.int64)
-    for name, call in (
-        ("step", lambda: envs.step(actions)),
-        ("reset", lambda: envs.reset(seed=0)),
-        ("step_async", lambda: envs.step_async(actions)),
-        ("step_wait", lambda: envs.step_wait()),
-        ("send", lambda: envs.send(actions)),
-        ("recv", lambda: envs.recv()),
-        ("call", lambda: envs.get_attr("tag")),
-    ):
-        with pytest.raises(expected) as ei:
-            call()
-        err = ei.value
-        assert isinstance(err, (gym.error.ClosedEnvironmentError, WorkerFailure)), name
-        if failure is not None and expected is not ClosedManagerError:
-            chain = []
-            link: BaseException | None = err
-            while link is not None and len(chain) < 10:
-                chain.append(link)
-                link = link.__cause__ or link.__context__
-            assert failure in chain, f"{name}: {err!r} is not chained to {failure!r}"
-    envs.close()  # still idempotent
-    envs.close()
-
-
-def reference(seed: int = SEED) -> tuple[SyncVectorEnv, Any]:
-    """A SyncVectorEnv of well-behaved envs with the same dynamics, reset with ``seed``."""
-    sync = SyncVectorEnv(fault_env_fns("none", NUM_ENVS, FAULT_ENV))
-    obs, _ = sync.reset(seed=seed)
-    return sync, obs
-
-
-def assert_rows_equal(got: tuple[Any, ...], want: tuple[Any, ...], rows: slice, where: str) -> None:
-    for name, g, w in zip(
-        ("obs", "rewards", "terminations", "truncations"), got, want, strict=False
-    ):
-        assert g.shape == w.shape and g.dtype == w.dtype, f"{where}: {name} {g.shape}/{g.dtype}"
-        np.testing.assert_array_equal(g[rows], w[rows], err_msg=f"{where}: {name}")
-
-
-def assert_batch_shapes(obs: Any, rew: Any, term: Any, trunc: Any) -> None:
-    assert obs.shape == (NUM_ENVS, 2) and obs.dtype == np.float32
-    assert rew.shape == (NUM_ENVS,) and rew.dtype == np.float64
-    assert term.shape == (NUM_ENVS,) and term.dtype == np.bool_
-    assert trunc.shape == (NUM_ENVS,) and trunc.dtype == np.bool_
-
-
-# ------------------------------------------------------------------ workers that die, no restarts
-
-
-@pytest.mark.parametrize(("kind", "context"), _cases(tuple(DEATHS), SPAWN_DEATHS))
+@on_backends(
+    "kind, context",
+    local=start_method_cases(tuple(DEATHS), SPAWN_DEATHS),
+    caller=CALLER_DIES,
+    ray=RAY_DEATHS,
+)
 def test_worker_death_closes_the_manager_and_names_the_worker(
-    kind: str, context: str, tmp_path: Path
+    backend: Backend, kind: str, context: str, tmp_path: Path
 ) -> None:
     error_type, pattern, exitcode = DEATHS[kind]
     timeout = STEP_TIMEOUT if kind == "hang" else None
     sync, want_obs = reference()
     actions = action_batches(AT_STEP)
-    with make_manager(kind, context, tmp_path, step_timeout=timeout, close_timeout=0.5) as envs:
+    with make_manager(
+        kind, context, tmp_path, step_timeout=timeout, close_timeout=0.5, backend=backend
+    ) as envs:
         tracker = Tracker(envs)
         obs, _ = envs.reset(seed=SEED)
         np.testing.assert_array_equal(obs, want_obs)
@@ -265,12 +129,14 @@ def test_worker_death_closes_the_manager_and_names_the_worker(
         assert isinstance(exc, TimeoutError)
 
 
-# ------------------------------------------------------------------ workers that die, restarts on
-
-
-@pytest.mark.parametrize(("kind", "context"), _cases(tuple(DEATHS), ("segfault", "hang")))
+@on_backends(
+    "kind, context",
+    local=start_method_cases(tuple(DEATHS), ("segfault", "hang")),
+    caller=CALLER_DIES,
+    ray=RAY_DEATHS,
+)
 def test_worker_death_with_restarts_replaces_the_worker_and_flags_its_envs(
-    kind: str, context: str, tmp_path: Path
+    backend: Backend, kind: str, context: str, tmp_path: Path
 ) -> None:
     _, pattern, _ = DEATHS[kind]
     hang = kind == "hang"
@@ -284,7 +150,7 @@ def test_worker_death_with_restarts_replaces_the_worker_and_flags_its_envs(
         extra = {"step_timeout": STEP_TIMEOUT, "release_file": str(release)}
     sync, _ = reference()
     actions = action_batches(40, seed=1)
-    with make_manager(kind, context, tmp_path, max_restarts=2, **extra) as envs:
+    with make_manager(kind, context, tmp_path, max_restarts=2, **extra, backend=backend) as envs:
         tracker = Tracker(envs)
         pids = list(envs.worker_pids)
         envs.reset(seed=SEED)
@@ -335,10 +201,15 @@ def test_worker_death_with_restarts_replaces_the_worker_and_flags_its_envs(
     tracker.assert_cleaned_up()
 
 
-def test_leaking_worker_reports_growing_rss_until_it_is_killed(tmp_path: Path) -> None:
+@on_backends(caller=CALLER_DIES, ray=RAY_DEATHS)
+def test_leaking_worker_reports_growing_rss_until_it_is_killed(
+    backend: Backend, tmp_path: Path
+) -> None:
     """The leak is visible in the infos; the OOM-style SIGKILL is a restart like any other."""
     leak = 4 << 20
-    with make_manager("leak", "fork", tmp_path, at_step=6, leak_bytes=leak, max_restarts=1) as envs:
+    with make_manager(
+        "leak", "fork", tmp_path, at_step=6, leak_bytes=leak, max_restarts=1, backend=backend
+    ) as envs:
         envs.reset(seed=0)
         zeros = np.zeros(NUM_ENVS, dtype=np.int64)
         rss = []
@@ -359,247 +230,9 @@ def test_leaking_worker_reports_growing_rss_until_it_is_killed(tmp_path: Path) -
         assert envs.restarts == [0, 1]
 
 
-# ------------------------------------------------------------------ workers killed from outside
-
-
-def kill_and_wait(pid: int) -> None:
-    """SIGKILL a worker and wait for it to exit (a zombie until the manager reaps it)."""
-    tok = process_token(pid)
-    assert tok is not None
-    os.kill(pid, signal.SIGKILL)
-    assert not wait_gone([tok], timeout=5.0, zombie_ok=True)
-
-
-@pytest.mark.parametrize("context", ["fork", "forkserver"])
-def test_worker_killed_while_idle_is_replaced_at_the_next_step(
-    context: str, tmp_path: Path
-) -> None:
-    sync, _ = reference()
-    actions = action_batches(4, seed=2)
-    with make_manager("none", context, tmp_path, max_restarts=1) as envs:
-        tracker = Tracker(envs)
-        envs.reset(seed=SEED)
-        assert_rows_equal(envs.step(actions[0]), sync.step(actions[0]), slice(None), "step 1")
-        kill_and_wait(envs.worker_pids[0])
-        obs, rew, term, trunc, infos = envs.step(actions[1])
-        assert_rows_equal((obs, rew, term, trunc), sync.step(actions[1]), slice(2, 4), "worker 1")
-        np.testing.assert_array_equal(trunc, [True, True, False, False])
-        assert infos["envmgr_restarted"][0] == (
-            "worker 0 (envs 0-1): it was killed by signal SIGKILL (exit code -9) during step"
-        )
-        assert envs.restarts == [1, 0]
-        tracker.note_pids()
-        for a in actions[2:]:
-            assert_rows_equal(envs.step(a), sync.step(a), slice(2, 4), "worker 1 after")
-    sync.close()
-    tracker.assert_cleaned_up()
-
-
-def test_worker_killed_while_idle_is_replaced_at_the_next_reset(tmp_path: Path) -> None:
-    """The replacement carries out the reset that was asked for, seeds included."""
-    sync, want_obs = reference(seed=3)
-    with make_manager("none", "fork", tmp_path, max_restarts=1) as envs:
-        tracker = Tracker(envs)
-        envs.reset(seed=0)
-        kill_and_wait(envs.worker_pids[0])
-        obs, infos = envs.reset(seed=3)
-        np.testing.assert_array_equal(obs, want_obs)
-        np.testing.assert_array_equal(infos["_envmgr_restarted"], [True, True, False, False])
-        assert (
-            "worker 0 (envs 0-1): it was killed by signal SIGKILL" in infos["envmgr_restarted"][0]
-        )
-        assert envs.restarts == [1, 0]
-        tracker.note_pids()
-        for a in action_batches(3, seed=4):
-            assert_rows_equal(envs.step(a), sync.step(a), slice(None), "after the reset")
-    sync.close()
-    tracker.assert_cleaned_up()
-
-
-@pytest.mark.parametrize("call", ["step", "reset", "get_attr", "send"])
-def test_worker_killed_while_idle_without_restarts_names_the_signal(
-    call: str, tmp_path: Path
-) -> None:
-    """However the dead worker is found, the error says how it died."""
-    with make_manager("none", "fork", tmp_path) as envs:
-        tracker = Tracker(envs)
-        envs.reset(seed=0)
-        kill_and_wait(envs.worker_pids[0])
-        zeros = np.zeros(NUM_ENVS, dtype=np.int64)
-        with pytest.raises(WorkerDiedError) as ei:
-            if call == "step":
-                envs.step(zeros)
-            elif call == "reset":
-                envs.reset(seed=1)
-            elif call == "get_attr":
-                envs.get_attr("tag")
-            else:
-                envs.send(zeros)
-                envs.recv(batch_size=NUM_ENVS)
-        tracker.assert_cleaned_up(at_once=True)
-        assert_closed_for_good(envs, ei.value)
-    exc = ei.value
-    assert str(exc).startswith(
-        "worker 0 (envs 0-1): it was killed by signal SIGKILL (exit code -9)"
-    ), exc
-    assert exc.exitcode == -signal.SIGKILL and exc.env_indices == (0, 1)
-
-
-def test_recv_does_not_spin_while_an_idle_worker_is_dead(tmp_path: Path) -> None:
-    """recv() waits for worker 1's slow step while worker 0, not in flight, is dead.
-
-    The wait must sleep, not spin on the dead worker's sentinel. Measured in CPU
-    seconds of this process (not wall time): a sleeping wait costs milliseconds,
-    a spinning one most of the 1.5 s the slow step takes.
-    """
-    with make_manager("hang", "fork", tmp_path, hang_seconds=1.5) as envs:
-        envs.reset(seed=0)
-        envs.send(np.zeros(NUM_ENVS, dtype=np.int64))
-        envs.recv(batch_size=NUM_ENVS)
-        envs.send(np.zeros(NUM_ENVS, dtype=np.int64))  # worker 1 is slow in this step
-        *_, ids = envs.recv()
-        np.testing.assert_array_equal(ids, [0, 1])
-        kill_and_wait(envs.worker_pids[0])
-        cpu = time.process_time()
-        *_, ids = envs.recv()
-        cpu = time.process_time() - cpu
-        np.testing.assert_array_equal(ids, [2, 3])
-        assert cpu < 0.5, f"recv() used {cpu:.2f} CPU seconds waiting for a 1.5 s step"
-        with pytest.raises(WorkerDiedError, match="SIGKILL"):
-            envs.send(np.zeros(EPW, dtype=np.int64), [0, 1])
-            envs.recv()
-
-
-# ------------------------------------------------------------------ restart budget
-
-
-@pytest.mark.parametrize("context", ["fork", "forkserver"])
-@pytest.mark.parametrize("window", [None, 60.0])
-def test_failures_beyond_max_restarts_raise_broken_worker_error(
-    context: str, window: float | None, tmp_path: Path
-) -> None:
-    """The env exits at its 2nd step in every incarnation: 2 restarts, then the 3rd failure."""
-    with make_manager(
-        "exit", context, tmp_path, fire_in=None, max_restarts=2, restart_window=window
-    ) as envs:
-        tracker = Tracker(envs)
-        envs.reset(seed=0)
-        zeros = np.zeros(NUM_ENVS, dtype=np.int64)
-        flagged = 0
-        with pytest.raises(BrokenWorkerError) as ei:
-            for _ in range(20):
-                *_, trunc, infos = envs.step(zeros)
-                tracker.note_pids()
-                if "envmgr_restarted" in infos:
-                    flagged += 1
-                    np.testing.assert_array_equal(trunc, [False, False, True, True])
-        assert flagged == 2 and envs.restarts == [0, 2]
-        tracker.assert_cleaned_up(at_once=True)
-        assert_closed_for_good(envs, ei.value)
-    exc = ei.value
-    within = "" if window is None else f" within {window:g} s"
-    assert str(exc) == (
-        f"{WHERE} failed (it exited with code {EXIT_CODE} during step) after 2 restarts{within}; "
-        "max_restarts=2 is spent, so the manager is closed"
-    )
-    assert exc.worker_index == 1 and exc.env_indices == (2, 3)
-    assert isinstance(exc, WorkerFailure)
-    assert incarnations(tmp_path, FAULT_ENV) == 3
-
-
-def test_restarts_older_than_restart_window_do_not_count(tmp_path: Path) -> None:
-    """With a window, failures spaced further apart than it never use up the budget."""
-    window = 0.2
-    with make_manager(
-        "exit", "fork", tmp_path, fire_in=None, max_restarts=1, restart_window=window
-    ) as envs:
-        envs.reset(seed=0)
-        zeros = np.zeros(NUM_ENVS, dtype=np.int64)
-        for restarts in range(1, 4):
-            # The fault fires on the env's 2nd step call: step, step (dies), then
-            # the autoreset step of the new incarnation, which is no step call.
-            time.sleep(window * 2)  # the previous restart is out of the window
-            envs.step(zeros)
-            *_, trunc, infos = envs.step(zeros)
-            assert "envmgr_restarted" in infos and trunc[2:].all()
-            assert envs.restarts == [0, restarts]
-            envs.step(zeros)  # autoreset
-        assert incarnations(tmp_path, FAULT_ENV) == 4
-
-
-def test_a_replacement_whose_factory_raises_closes_the_manager(tmp_path: Path) -> None:
-    """As at start-up, a factory's own exception is raised as itself and is fatal."""
-    with make_manager(
-        "segfault", "fork", tmp_path, rebuild_fault="init_raise", max_restarts=3
-    ) as envs:
-        tracker = Tracker(envs)
-        envs.reset(seed=0)
-        zeros = np.zeros(NUM_ENVS, dtype=np.int64)
-        envs.step(zeros)
-        with pytest.raises(InjectedFault) as ei:
-            envs.step(zeros)
-        tracker.assert_cleaned_up(at_once=True)
-        assert_closed_for_good(envs, ei.value)
-    exc = ei.value
-    assert str(exc) == "env 3 refused to be built (incarnation 1)"
-    assert f"{WHERE}, env 3, during make" in full_text(exc)
-    assert exc.worker_index == 1 and exc.env_index == 3  # type: ignore[attr-defined]
-    assert isinstance(exc.__cause__, RemoteTraceback)
-    assert incarnations(tmp_path, FAULT_ENV) == 2
-
-
-@pytest.mark.parametrize("rebuild_fault", ["init_exit", "reset_exit"])
-def test_a_replacement_that_dies_while_starting_is_replaced_again(
-    rebuild_fault: str, tmp_path: Path
-) -> None:
-    """A replacement can be killed too (the OOM killer, a soak test's SIGKILL) before
-    it has finished starting. That is one more failure of the worker, to be handled
-    under the restart policy like the first, not a reason to close the manager
-    while the budget lasts. Here incarnation 1 dies while starting; 2 is healthy."""
-    with make_manager(
-        "segfault", "fork", tmp_path, rebuild_fault=rebuild_fault, rebuild_in=(1,), max_restarts=3
-    ) as envs:
-        tracker = Tracker(envs)
-        envs.reset(seed=0)
-        zeros = np.zeros(NUM_ENVS, dtype=np.int64)
-        envs.step(zeros)
-        _, _, _, trunc, infos = envs.step(zeros)
-        np.testing.assert_array_equal(trunc, [False, False, True, True])
-        # The step reports why its worker was replaced in the first place.
-        assert "SIGSEGV" in infos["envmgr_restarted"][FAULT_ENV]
-        assert envs.restarts == [0, 2]
-        assert incarnations(tmp_path, FAULT_ENV) == 3
-        tracker.note_pids()
-        for _ in range(3):
-            *_, trunc, infos = envs.step(zeros)
-            assert not trunc.any() and "envmgr_restarted" not in infos
-    tracker.assert_cleaned_up()
-
-
-def test_replacements_that_keep_dying_while_starting_use_up_the_budget(tmp_path: Path) -> None:
-    with make_manager(
-        "segfault", "fork", tmp_path, rebuild_fault="init_exit", max_restarts=2
-    ) as envs:
-        tracker = Tracker(envs)
-        envs.reset(seed=0)
-        zeros = np.zeros(NUM_ENVS, dtype=np.int64)
-        envs.step(zeros)
-        with pytest.raises(BrokenWorkerError) as ei:
-            envs.step(zeros)
-        tracker.assert_cleaned_up(at_once=True)
-        assert_closed_for_good(envs, ei.value)
-    message = str(ei.value)
-    assert message.startswith(f"{WHERE} failed (") and "after 2 restarts" in message, message
-    assert f"exited with code {EXIT_CODE}" in message, message
-    assert incarnations(tmp_path, FAULT_ENV) == 3
-
-
-# ------------------------------------------------------------------ exceptions inside envs
-
-
-@pytest.mark.parametrize(
-    ("kind", "context", "max_restarts"),
-    [
+@on_backends(
+    "kind, context, max_restarts",
+    local=[
         pytest.param(k, m, r, id=f"{k}-{m}-restarts{r}")
         for k in ("raise", "unpicklable")
         for m in ("fork", "forkserver")
@@ -609,13 +242,18 @@ def test_replacements_that_keep_dying_while_starting_use_up_the_budget(tmp_path:
         pytest.param("raise", "spawn", 0, id="raise-spawn-restarts0"),
         pytest.param("unpicklable", "spawn", 0, id="unpicklable-spawn-restarts0"),
     ],
+    caller=CALLER_RAISES,
+    # Worth its seconds on Ray: under restarts, an env's exception must not be taken
+    # for the actor's failure (no replacement), and the traceback crosses Ray.
+    ray=[pytest.param("raise", "fork", 2, id="raise-restarts2")],
 )
 def test_env_exception_is_reraised_and_the_worker_survives(
-    kind: str, context: str, max_restarts: int, tmp_path: Path
+    backend: Backend, kind: str, context: str, max_restarts: int, tmp_path: Path
 ) -> None:
-    with make_manager(kind, context, tmp_path, max_restarts=max_restarts) as envs:
+    with make_manager(kind, context, tmp_path, max_restarts=max_restarts, backend=backend) as envs:
         tracker = Tracker(envs)
-        pids = list(envs.worker_pids)
+        pids = group_ids(envs)
+        where = envs._where(FAULT_WORKER)  # WHERE, or the actor's name and node on Ray
         envs.reset(seed=0)
         zeros = np.zeros(NUM_ENVS, dtype=np.int64)
         envs.step(zeros)
@@ -624,7 +262,7 @@ def test_env_exception_is_reraised_and_the_worker_survives(
                 envs.step(zeros)
             exc: BaseException = ei.value
             assert str(exc) == f"env 3 failed at step {AT_STEP}"
-            assert f"raised in envmgr {WHERE}, env 3, during step" in full_text(exc)
+            assert f"raised in envmgr {where}, env 3, during step" in full_text(exc)
             assert exc.worker_index == 1 and exc.env_index == 3  # type: ignore[attr-defined]
             assert isinstance(exc.__cause__, RemoteTraceback)
             remote = str(exc.__cause__)
@@ -636,12 +274,12 @@ def test_env_exception_is_reraised_and_the_worker_survives(
                 envs.step(zeros)
             exc = ei.value
             assert str(exc) == "cannot pickle '_thread.lock' object"
-            assert f"raised in envmgr {WHERE}, during step (sending the result)" in full_text(exc)
+            assert f"raised in envmgr {where}, during step (sending the result)" in full_text(exc)
             assert exc.worker_index == 1  # type: ignore[attr-defined]
             assert isinstance(exc.__cause__, RemoteTraceback)
         # Not a worker failure: nothing was replaced and the manager is usable.
         assert not envs.closed
-        assert envs.worker_pids == pids and envs.restarts == [0, 0]
+        assert group_ids(envs) == pids and envs.restarts == [0, 0]
         sync, want_obs = reference(seed=11)
         obs, _ = envs.reset(seed=11)
         np.testing.assert_array_equal(obs, want_obs)
@@ -651,24 +289,23 @@ def test_env_exception_is_reraised_and_the_worker_survives(
     tracker.assert_cleaned_up()
 
 
-# ------------------------------------------------------------------ envs that cannot be built
-
-
-@pytest.mark.parametrize(
-    ("kind", "context", "max_restarts"),
-    [
+@on_backends(
+    "kind, context, max_restarts",
+    local=[
         pytest.param(k, m, r, id=f"{k}-{m}-restarts{r}")
         for k in ("init_raise", "init_exit")
         for m, r in (("fork", 0), ("fork", 2), ("forkserver", 0), ("spawn", 0))
     ],
+    caller=f"init_exit: {CALLER_DIES}; init_raise: {CALLER_RAISES}",
+    ray="a factory's error on Ray: test_ray.py::test_factory_error_is_raised_and_leaves_nothing",
 )
 def test_env_that_cannot_be_built_fails_construction(
-    kind: str, context: str, max_restarts: int, tmp_path: Path
+    backend: Backend, kind: str, context: str, max_restarts: int, tmp_path: Path
 ) -> None:
     """Restarts never apply at start-up: the factory's failure is the constructor's."""
     expected = InjectedFault if kind == "init_raise" else WorkerDiedError
     with pytest.raises(expected) as ei:
-        make_manager(kind, context, tmp_path, max_restarts=max_restarts)
+        make_manager(kind, context, tmp_path, max_restarts=max_restarts, backend=backend)
     exc = ei.value
     if kind == "init_raise":
         assert str(exc) == "env 3 refused to be built (incarnation 0)"
@@ -679,262 +316,3 @@ def test_env_that_cannot_be_built_fails_construction(
         assert str(exc) == f"{WHERE}: it exited with code {EXIT_CODE} during start"
         assert exc.exitcode == EXIT_CODE and exc.worker_index == 1  # type: ignore[attr-defined]
     assert incarnations(tmp_path, FAULT_ENV) == 1
-    # No process or segment left: checked by conftest's fixture.
-
-
-# ------------------------------------------------------------------ first-ready API (send/recv)
-
-
-@pytest.mark.parametrize(
-    ("kind", "context", "max_restarts"),
-    [
-        pytest.param(k, m, r, id=f"{k}-{m}-restarts{r}")
-        for k, m in (("segfault", "fork"), ("segfault", "forkserver"), ("hang", "fork"))
-        for r in (0, 1)
-    ]
-    + [pytest.param("exit", "spawn", 0, id="exit-spawn-restarts0")],
-)
-def test_worker_death_during_recv(
-    kind: str, context: str, max_restarts: int, tmp_path: Path
-) -> None:
-    error_type, pattern, _ = DEATHS[kind]
-    with make_manager(kind, context, tmp_path, max_restarts=max_restarts) as envs:
-        tracker = Tracker(envs)
-        envs.reset(seed=0)
-        zeros = np.zeros(NUM_ENVS, dtype=np.int64)
-        timeout = STEP_TIMEOUT if kind == "hang" else None
-        envs.send(zeros)
-        *_, ids = envs.recv(batch_size=NUM_ENVS, timeout=timeout)
-        np.testing.assert_array_equal(ids, np.arange(NUM_ENVS))
-        envs.send(zeros)
-        if not max_restarts:
-            with pytest.raises(error_type) as ei:
-                envs.recv(batch_size=NUM_ENVS, timeout=timeout)
-            assert re.fullmatch(rf"{re.escape(WHERE)}: it {pattern}", str(ei.value)), str(ei.value)
-            tracker.assert_cleaned_up(at_once=True)
-            assert_closed_for_good(envs, ei.value)
-            return
-        obs, rew, term, trunc, infos, ids = envs.recv(batch_size=NUM_ENVS, timeout=timeout)
-        np.testing.assert_array_equal(ids, np.arange(NUM_ENVS))
-        assert_batch_shapes(obs, rew, term, trunc)
-        np.testing.assert_array_equal(trunc, [False, False, True, True])
-        np.testing.assert_array_equal(infos["_envmgr_restarted"], [False, False, True, True])
-        assert re.fullmatch(rf"{re.escape(WHERE)}: it {pattern}", infos["envmgr_restarted"][3])
-        np.testing.assert_array_equal(obs[:, 0], [2.0, 2.0, 0.0, 0.0])
-        assert envs.restarts == [0, 1]
-        tracker.note_pids()
-        # And on: worker 1 autoresets, then counts up with worker 0.
-        for t in range(3):
-            envs.send(zeros)
-            obs, rew, term, trunc, infos, ids = envs.recv(batch_size=NUM_ENVS, timeout=timeout)
-            np.testing.assert_array_equal(obs[:, 0], [3 + t, 3 + t, t, t])
-            assert not trunc.any() and "envmgr_restarted" not in infos
-    tracker.assert_cleaned_up()
-
-
-@pytest.mark.parametrize("max_restarts", [0, 1])
-def test_hang_in_recv_with_partial_batches(max_restarts: int, tmp_path: Path) -> None:
-    """A hung worker is timed out by the recv that waits for it, not by others."""
-    with make_manager(
-        "hang", "fork", tmp_path, max_restarts=max_restarts, step_timeout=STEP_TIMEOUT
-    ) as envs:
-        envs.reset(seed=0)
-        zeros2 = np.zeros(EPW, dtype=np.int64)
-        envs.send(np.zeros(NUM_ENVS, dtype=np.int64))
-        for _ in range(2):  # both workers' first steps
-            *_, ids = envs.recv()
-            assert len(ids) == EPW
-        envs.send(zeros2, [2, 3])  # worker 1 hangs in this step
-        envs.send(zeros2, [0, 1])
-        *_, ids = envs.recv()
-        np.testing.assert_array_equal(ids, [0, 1])  # the healthy worker comes first
-        if not max_restarts:
-            with pytest.raises(WorkerTimeoutError, match=re.escape(WHERE)) as ei:
-                envs.recv()
-            assert_closed_for_good(envs, ei.value)
-            return
-        _, _, _, trunc, infos, ids = envs.recv()
-        np.testing.assert_array_equal(ids, [2, 3])
-        np.testing.assert_array_equal(trunc, [True, True])
-        assert "did not answer step" in infos["envmgr_restarted"][1]
-        assert envs.restarts == [0, 1]
-
-
-def wait_until(done: Any, what: str, timeout: float = 20.0) -> None:
-    """Poll ``done()``; ``timeout`` is a liveness bound, not a speed expectation."""
-    deadline = time.monotonic() + timeout
-    while not done():
-        assert time.monotonic() < deadline, f"{what} did not happen within {timeout} s"
-        time.sleep(0.005)
-
-
-def workers_asleep(pids: list[int]) -> bool:
-    """Whether every worker sleeps (``S``): with ``spin_seconds=0`` a worker sleeps only
-    once it has published its step and waits for the next command."""
-    states = [process_state(tok) for tok in map(process_token, pids) if tok is not None]
-    return len(states) == len(pids) and all(s == "S" for s in states)
-
-
-@pytest.mark.timeout(30)
-def test_recv_returns_a_finished_worker_before_one_sent_later(tmp_path: Path) -> None:
-    """First-ready means first *finished*, and among finished steps the one sent first:
-    a finished worker is never passed over for a lower-numbered worker sent after it.
-
-    Each round sends worker 1, then worker 0, and waits until both have finished:
-    their envs logged the step and both processes sleep (with ``spin_seconds=0``
-    a worker sleeps only after publishing). ``recv()`` must then return worker 1.
-    """
-    log = tmp_path / "steps.log"
-    log.touch()
-    with make_manager("none", "fork", tmp_path, step_log=str(log), spin_seconds=0.0) as envs:
-        envs.reset(seed=0)
-        zeros = np.zeros(EPW, dtype=np.int64)
-        pids = list(envs.worker_pids)
-        for r in range(1, 11):
-            envs.send(zeros, [2, 3])
-            envs.send(zeros, [0, 1])
-            wait_until(
-                lambda r=r: log.read_text().count("\n") == NUM_ENVS * r and workers_asleep(pids),
-                f"round {r}: both workers finishing",
-            )
-            *_, first = envs.recv()
-            *_, second = envs.recv()
-            assert (first.tolist(), second.tolist()) == ([2, 3], [0, 1]), f"round {r}"
-
-
-# ------------------------------------------------------------------ bad input and call order
-
-
-@pytest.mark.parametrize("check_actions", ["safe", "strict"])
-@pytest.mark.parametrize("context", ["fork", "forkserver", "spawn"])
-def test_bad_actions_raise_value_error_and_the_manager_stays_usable(
-    context: str, check_actions: str, tmp_path: Path
-) -> None:
-    # "safe" is the default: it refuses what cannot be placed in the batch unchanged
-    # (a wrong count or shape, a dtype that loses values) and passes values outside
-    # the space (range, sign) on to the env, as AsyncVectorEnv does; "strict" refuses those too.
-    strict = check_actions == "strict"
-    kwargs = {"check_actions": "strict"} if strict else {}
-    with make_manager("none", context, tmp_path, **kwargs) as envs:
-        assert envs.check_actions == check_actions
-        envs.reset(seed=0)
-        good = np.array([0, 1, 0, 1])
-        bad = {
-            # Envmgr's own message: numpy's broadcast error would name the shapes too,
-            # and a single action would broadcast to every env without one.
-            "count": (np.array([0, 1, 0]), r"actions has shape \(3,\), expected \(4,\)"),
-            "one": (np.array([1]), r"actions has shape \(1,\), expected \(4,\)"),
-            "too many": (np.array([0, 1, 0, 1, 0]), r"has shape \(5,\), expected \(4,\)"),
-            "2-d": (np.zeros((4, 1), dtype=np.int64), r"has shape \(4, 1\), expected \(4,\)"),
-            "dtype": (
-                np.array([0.0, 1.0, 0.5, 1.0]),
-                r"float.*env 2 \(worker 1\)|env 2 \(worker 1\).*float",
-            ),
-            "strings": (np.array(["a", "b", "c", "d"]), r"dtype"),
-        }
-        values = {
-            "range": (np.array([0, 1, 2, 0]), r"env 2 \(worker 1\)"),
-            "negative": (np.array([-1, 1, 0, 0]), r"env 0 \(worker 0\)"),
-        }
-        if strict:
-            bad.update(values)
-        else:  # FaultEnv takes any integer: the step goes through
-            for name, (actions, _) in values.items():
-                obs, *_ = envs.step(actions)
-                assert obs.shape == (NUM_ENVS, 2), name
-        for name, (actions, pattern) in bad.items():
-            with pytest.raises(ValueError, match=pattern):
-                envs.step(actions)
-            obs, *_ = envs.step(good)  # nothing was sent: the manager is in step
-            assert obs.shape == (NUM_ENVS, 2), name
-            with pytest.raises(ValueError):
-                envs.send(actions)
-        # env_ids must be whole workers.
-        with pytest.raises(ValueError, match="whole workers"):
-            envs.send(np.array([0, 1]), [1, 2])
-        with pytest.raises(NoAsyncCallError):
-            envs.recv()  # none of those was sent
-        envs.send(good)
-        envs.recv(batch_size=NUM_ENVS)
-    with pytest.raises(ClosedManagerError):
-        envs.step(good)
-
-
-def test_send_names_the_env_a_bad_action_was_meant_for(tmp_path: Path) -> None:
-    """send() checks a sub-batch; its message must name the global env id, not the position."""
-    with make_manager("none", "fork", tmp_path, check_actions="strict") as envs:
-        envs.reset(seed=0)
-        with pytest.raises(ValueError) as ei:
-            envs.send(np.array([0, 5]), [2, 3])  # env 3's action is out of Discrete(2)
-        envs.send(np.array([0, 1]), [2, 3])  # the manager is usable
-        envs.recv()
-    assert "env 3 (worker 1)" in str(ei.value), str(ei.value)
-
-
-def test_nan_and_out_of_bounds_box_actions(tmp_path: Path) -> None:
-    fns = [BoxActionEnv] * NUM_ENVS
-    with SubprocessEnvManager(fns, N_WORKERS, EPW, context="fork", check_actions="strict") as envs:
-        envs.reset(seed=0)
-        actions = np.zeros((NUM_ENVS, 2), dtype=np.float32)
-        for value, pattern in (
-            (np.nan, "not finite"),
-            (np.inf, "not finite|outside"),
-            (1.5, "outside"),
-        ):
-            actions[3, 1] = value
-            with pytest.raises(ValueError, match=rf"env 3 \(worker 1\).*({pattern})"):
-                envs.step(actions)
-        actions[3, 1] = 0.5
-        obs, *_ = envs.step(actions)
-        assert obs.shape == (NUM_ENVS, 2)
-        with pytest.raises(ValueError):
-            envs.step(np.zeros((NUM_ENVS, 3), dtype=np.float32))
-
-
-@pytest.mark.parametrize("context", ["fork", "forkserver", "spawn"])
-def test_calls_out_of_order(context: str, tmp_path: Path) -> None:
-    with make_manager("none", context, tmp_path) as envs:
-        zeros = np.zeros(NUM_ENVS, dtype=np.int64)
-        envs.reset(seed=0)
-        with pytest.raises(NoAsyncCallError) as ei:
-            envs.step_wait()
-        assert isinstance(ei.value, gym.error.NoAsyncCallError)
-        with pytest.raises(NoAsyncCallError):
-            envs.reset_wait()
-        with pytest.raises(NoAsyncCallError, match="send"):
-            envs.recv()
-        # A pending step_async blocks everything else until step_wait.
-        envs.step_async(zeros)
-        with pytest.raises(AlreadyPendingCallError):
-            envs.step_async(zeros)
-        with pytest.raises(AlreadyPendingCallError):
-            envs.send(zeros)
-        with pytest.raises(NoAsyncCallError):
-            envs.reset_wait()
-        envs.step_wait()
-        # Steps in flight through send() block the batch API until recv.
-        envs.send(zeros[:2], [0, 1])
-        with pytest.raises(AlreadyPendingCallError):
-            envs.step(zeros)
-        with pytest.raises(AlreadyPendingCallError):
-            envs.reset()
-        with pytest.raises(
-            AlreadyPendingCallError, match=r"in flight.*worker 0|worker 0.*in flight"
-        ):
-            envs.send(zeros[:2], [0, 1])
-        *_, ids = envs.recv()
-        np.testing.assert_array_equal(ids, [0, 1])
-        with pytest.raises(NoAsyncCallError):
-            envs.recv()
-        envs.step(zeros)
-    assert_closed_for_good(envs)
-
-
-def test_close_with_a_step_in_flight_then_calls_raise_closed(tmp_path: Path) -> None:
-    envs = make_manager("none", "fork", tmp_path)
-    tracker = Tracker(envs)
-    envs.reset(seed=0)
-    envs.send(np.zeros(NUM_ENVS, dtype=np.int64))
-    envs.close()
-    tracker.assert_cleaned_up()
-    assert_closed_for_good(envs)

@@ -30,8 +30,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from fault_envs import process_token, wait_gone
-from test_faults import (
+from fault_cases import (
     AT_STEP,
     FAULT_ENV,
     NUM_ENVS,
@@ -46,6 +45,7 @@ from test_faults import (
     reference,
     wait_until,
 )
+from fault_envs import process_token, wait_gone
 
 from envmgr import BrokenManagerError, SubprocessEnvManager, WorkerTimeoutError
 

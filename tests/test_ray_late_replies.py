@@ -20,8 +20,7 @@ import cloudpickle
 import fault_envs
 import numpy as np
 import pytest
-from fault_envs import process_token, wait_gone
-from test_faults import (
+from fault_cases import (
     AT_STEP,
     FAULT_ENV,
     NUM_ENVS,
@@ -32,6 +31,7 @@ from test_faults import (
     reference,
     wait_until,
 )
+from fault_envs import process_token, wait_gone
 
 from envmgr import BrokenManagerError, WorkerTimeoutError
 

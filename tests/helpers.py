@@ -1,0 +1,39 @@
+"""Small helpers shared by the manager tests: a CartPole factory, an exception's full
+text, batches of sampled actions, and whether a process is alive.
+
+Ray workers cannot import this module by name: ``conftest.py``'s ``backend``
+fixture ships it by value, as it does ``envs`` and ``fault_envs``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+from gymnasium.vector.utils import batch_space
+
+
+def cartpole() -> gym.Env:  # type: ignore[type-arg]
+    return gym.make("CartPole-v1")
+
+
+def full_text(exc: BaseException) -> str:
+    """The message of an exception together with its notes."""
+    return "\n".join([str(exc), *getattr(exc, "__notes__", [])])
+
+
+def batch_actions(envs: gym.vector.VectorEnv, steps: int, seed: int = 0) -> list[Any]:
+    """``steps`` batches of actions sampled (reproducibly, from ``seed``) for ``envs``."""
+    space = batch_space(envs.single_action_space, envs.num_envs)
+    space.seed(seed)
+    return [space.sample() for _ in range(steps)]
+
+
+def pid_exists(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie is not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")

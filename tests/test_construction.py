@@ -1,0 +1,144 @@
+"""Constructing SubprocessEnvManager: the layout of envs over workers, arguments that
+do not fit together, and the spaces and metadata a manager reports.
+
+(envmgr.managers.arguments, envmgr.managers.local)
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from envs import DictObsEnv, dict_obs_space
+from gymnasium.vector import AutoresetMode
+from gymnasium.vector.utils import batch_space
+from helpers import cartpole, full_text
+
+from envmgr import SubprocessEnvManager
+from envmgr.managers.arguments import default_group_count
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _layout(env_fns: Any, n_workers: int | None, envs_per_worker: int | None) -> tuple[int, int]:
+    with SubprocessEnvManager(env_fns, n_workers, envs_per_worker, context="fork") as envs:
+        assert envs.num_envs == envs.n_workers * envs.envs_per_worker
+        assert len(envs.worker_pids) == envs.n_workers
+        return envs.n_workers, envs.envs_per_worker
+
+
+@pytest.mark.parametrize(
+    ("n_fns", "n_workers", "envs_per_worker", "expected"),
+    [
+        (6, None, 3, (2, 3)),
+        (6, 3, None, (3, 2)),
+        (6, 2, 3, (2, 3)),
+    ],
+)
+def test_layout_of_a_sequence_of_factories(
+    n_fns: int, n_workers: int | None, envs_per_worker: int | None, expected: tuple[int, int] | None
+) -> None:
+    # With neither size, the default worker count: tests/test_defaults.py.
+    w, e = _layout([DictObsEnv] * n_fns, n_workers, envs_per_worker)
+    assert w * e == n_fns
+    assert (w, e) == expected
+
+
+def test_layout_of_one_factory() -> None:
+    assert _layout(DictObsEnv, 3, 2) == (3, 2)
+    assert _layout(DictObsEnv, None, 4) == (default_group_count(None), 4)  # one per core
+    assert _layout(DictObsEnv, 3, None) == (3, 1)
+
+
+@pytest.mark.parametrize(
+    ("env_fns", "kwargs", "match"),
+    [
+        ([DictObsEnv] * 6, {"n_workers": 7}, r"6 env factories .*n_workers=7"),
+        ([DictObsEnv] * 6, {"envs_per_worker": 4}, r"6 env factories .*envs_per_worker=4"),
+        ([DictObsEnv] * 6, {"n_workers": 2, "envs_per_worker": 2}, r"2 \* 2 = 4.*6 env factories"),
+        ([], {}, "empty"),
+        (DictObsEnv, {"n_workers": 0}, "n_workers must be a positive int"),
+        (DictObsEnv, {"envs_per_worker": -1}, "envs_per_worker must be a positive int"),
+        (DictObsEnv, {"n_workers": 1.5}, "n_workers must be a positive int"),
+        (DictObsEnv, {"n_workers": True}, "n_workers must be a positive int"),
+        (DictObsEnv, {"context": "no-such-method"}, "not a start method"),
+    ],
+)
+def test_inconsistent_arguments_raise_value_error(
+    env_fns: Any, kwargs: dict[str, Any], match: str
+) -> None:
+    with pytest.raises(ValueError, match=match):
+        SubprocessEnvManager(env_fns, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("env_fns", "match"),
+    [
+        ([DictObsEnv, "not a factory"], r"env_fns\[1\] is the string 'not a factory'"),
+        ([DictObsEnv, None, DictObsEnv], r"env_fns\[1\] is None, not a zero-argument callable"),
+    ],
+)
+def test_non_factories_raise_type_error(env_fns: Any, match: str) -> None:
+    with pytest.raises(TypeError, match=match):
+        SubprocessEnvManager(env_fns)
+
+
+def test_num_envs_is_workers_times_envs_per_worker() -> None:
+    with SubprocessEnvManager(DictObsEnv, n_workers=2, envs_per_worker=3) as envs:
+        assert (envs.num_envs, envs.n_workers, envs.envs_per_worker) == (6, 2, 3)
+        assert len(envs.worker_pids) == 2
+        obs, _ = envs.reset(seed=0)
+        assert obs["pos"].shape == (6, 3)
+    fns = [DictObsEnv] * 4
+    with SubprocessEnvManager(fns, envs_per_worker=2) as envs:
+        assert (envs.num_envs, envs.n_workers, envs.envs_per_worker) == (4, 2, 2)
+
+
+def test_workers_with_different_spaces_are_rejected() -> None:
+    fns = [DictObsEnv, DictObsEnv, cartpole, cartpole]
+    with pytest.raises(ValueError, match=r"worker 1 \(envs 2-3\) has observation_space"):
+        SubprocessEnvManager(fns, n_workers=2)
+
+
+def test_envs_with_different_spaces_in_one_worker_are_rejected() -> None:
+    with pytest.raises(ValueError, match="env 1 has observation space") as ei:
+        SubprocessEnvManager([DictObsEnv, cartpole], n_workers=1)
+    assert "worker 0" in full_text(ei.value)
+
+
+def test_unpicklable_factory_raises_value_error_at_construction() -> None:
+    lock = threading.Lock()
+
+    def make() -> DictObsEnv:
+        with lock:
+            return DictObsEnv()
+
+    with pytest.raises(ValueError, match=r"cannot be pickled.*lock") as ei:
+        SubprocessEnvManager(make, n_workers=2, envs_per_worker=1)
+    assert "worker 0" in str(ei.value)
+
+
+def test_spaces_are_the_single_spaces_batched() -> None:
+    with SubprocessEnvManager(DictObsEnv, 2, 2) as envs:
+        single = DictObsEnv()
+        assert envs.single_observation_space == single.observation_space
+        assert envs.single_action_space == single.action_space
+        assert envs.observation_space == batch_space(single.observation_space, 4)
+        assert envs.action_space == batch_space(single.action_space, 4)
+        assert envs.metadata["autoreset_mode"] == AutoresetMode.NEXT_STEP
+        assert envs.metadata["render_fps"] == 30
+        obs, _ = envs.reset(seed=1)
+        assert envs.observation_space.contains(obs)
+
+
+def test_metadata_reports_the_autoreset_mode() -> None:
+    with SubprocessEnvManager(cartpole, 1, 2, autoreset_mode="SameStep") as envs:
+        assert envs.metadata["autoreset_mode"] == AutoresetMode.SAME_STEP
+        assert envs.spec is not None and envs.spec.id == "CartPole-v1"
+        assert "CartPole-v1" in repr(envs)
+
+
+def test_dict_obs_space_helper_matches_the_env() -> None:
+    # Guards the test env itself: the space helper and the env agree.
+    assert DictObsEnv().observation_space == dict_obs_space()

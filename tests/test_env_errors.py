@@ -1,0 +1,89 @@
+"""Exceptions raised by env code in a worker: re-raised in the parent as their own
+type (with the remote traceback and a note naming worker and env), or as
+WorkerError when they cannot be rebuilt; a factory's exception at construction.
+
+(envmgr.errors, envmgr.envside)
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+from envs import (
+    DictObsEnv,
+    EnvBoom,
+    ExplodingEnv,
+    FactoryBoom,
+    UnloadableErrorEnv,
+    UnpicklableInfoEnv,
+    failing_factory,
+)
+from helpers import full_text
+
+from envmgr import RemoteTraceback, SubprocessEnvManager, WorkerError
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_env_exception_in_step_is_reraised_as_its_own_type(start_method: str) -> None:
+    fns = [functools.partial(ExplodingEnv, explode_at=100)] * 3 + [
+        functools.partial(ExplodingEnv, explode_at=2)
+    ]
+    with SubprocessEnvManager(fns, n_workers=2, context=start_method) as envs:
+        envs.reset(seed=0)
+        zeros = np.zeros(4, dtype=np.int64)
+        envs.step(zeros)
+        envs.step(zeros)
+        with pytest.raises(EnvBoom, match="boom at step 2") as ei:
+            envs.step(zeros)
+    exc = ei.value
+    assert isinstance(exc.__cause__, RemoteTraceback)
+    remote = str(exc.__cause__)
+    assert "detonate" in remote and "envs.py" in remote and "EnvBoom" in remote
+    assert exc.worker_index == 1  # type: ignore[attr-defined]
+    assert exc.env_index == 3  # type: ignore[attr-defined]
+    notes = "\n".join(getattr(exc, "__notes__", []))
+    assert "worker 1" in notes and "env 3" in notes and "step" in notes
+
+
+def test_exception_that_cannot_be_recreated_becomes_worker_error() -> None:
+    fns = [functools.partial(ExplodingEnv, explode_at=100), UnloadableErrorEnv]
+    with SubprocessEnvManager(fns, n_workers=1) as envs:
+        envs.reset(seed=0)
+        with pytest.raises(WorkerError) as ei:
+            envs.step(np.zeros(2, dtype=np.int64))
+    exc = ei.value
+    assert exc.worker_index == 0 and exc.env_index == 1
+    assert "UnloadableError" in exc.remote_type
+    assert "left/right" in str(exc) and "env 1" in str(exc)
+    assert isinstance(exc.__cause__, RemoteTraceback)
+
+
+def test_factory_exception_surfaces_at_construction() -> None:
+    fns = [DictObsEnv] * 3 + [failing_factory]
+    with pytest.raises(FactoryBoom, match="refused") as ei:
+        SubprocessEnvManager(fns, n_workers=2)
+    exc = ei.value
+    assert isinstance(exc.__cause__, RemoteTraceback)
+    assert "failing_factory" in str(exc.__cause__)
+    assert exc.worker_index == 1 and exc.env_index == 3  # type: ignore[attr-defined]
+    notes = "\n".join(getattr(exc, "__notes__", []))
+    assert "worker 1" in notes and "env 3" in notes
+
+
+def test_unpicklable_info_raises_an_error_naming_the_worker() -> None:
+    fns = [functools.partial(UnpicklableInfoEnv, explode_at=100)] * 2 + [UnpicklableInfoEnv] * 2
+    with SubprocessEnvManager(fns, n_workers=2) as envs:
+        envs.reset(seed=0)
+        zeros = np.zeros(4, dtype=np.int64)
+        envs.step(zeros)
+        with pytest.raises(TypeError) as ei:
+            envs.step(zeros)
+    exc = ei.value
+    assert str(exc) == "cannot pickle '_thread.lock' object"
+    assert "raised in envmgr worker 1 (envs 2-3), during step (sending the result)" in full_text(
+        exc
+    )
+    assert exc.worker_index == 1  # type: ignore[attr-defined]
