@@ -96,3 +96,20 @@ def test_parent_instructions_child_steps_a_manager(tmp_path: Path) -> None:
     """The script's traced child (valgrind itself is not needed for this) builds and steps
     the manager whose parent it counts."""
     run("parent_instructions.py", "--child", "2x3x5", cwd=tmp_path)
+
+
+def test_policy_loop_writes_under_results_by_default(tmp_path: Path) -> None:
+    """Without --out a run's record goes to benchmarks/results/, not the directory it was
+    started from (quick runs once littered the repository root)."""
+    code = "import policy_loop; print(policy_loop.parse_args(['--quick']).out)"
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(BENCH), str(BENCH.parent)])},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert Path(proc.stdout.strip()) == BENCH / "results"
+    assert list(tmp_path.iterdir()) == []
