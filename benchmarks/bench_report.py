@@ -1,7 +1,17 @@
-"""Tables and plots for the benchmark results (Markdown on stdout, PNG on disk)."""
+"""Tables and plots for the benchmark results (Markdown on stdout, PNG on disk).
+
+Run as a script, it keeps the performance tables of README.md and docs/*.md in step with
+benchmarks/results/ (the tables themselves are in ``doc_tables.py``)::
+
+    python benchmarks/bench_report.py --write    # regenerate every marked table
+    python benchmarks/bench_report.py --check    # exit 1 naming each table that differs
+"""
 
 from __future__ import annotations
 
+import argparse
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -308,3 +318,37 @@ def targets_text(report: dict[str, Any]) -> str:
         verdict = "–" if met is None or value != value else ("yes" if met else "no")
         lines.append(f"| {what} | {shown} | {goal} | {verdict} |")
     return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``--write`` or ``--check`` the documents' generated tables; returns the exit code."""
+    import doc_tables
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    mode = p.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--write", action="store_true", help="regenerate the tables in place")
+    mode.add_argument("--check", action="store_true", help="exit 1 if any table is stale")
+    p.add_argument(
+        "--docs",
+        nargs="+",
+        type=Path,
+        default=doc_tables.DOCS,
+        help="documents to read (default: README.md and docs/*.md)",
+    )
+    args = p.parse_args(argv)
+    found = doc_tables.problems(args.docs, write=args.write)
+    for line in found:
+        print(line, file=sys.stderr)
+    if found:
+        if args.check:
+            print("run: python benchmarks/bench_report.py --write", file=sys.stderr)
+        return 1
+    if args.write:
+        print(f"tables regenerated in {len(args.docs)} documents")
+    return 0
+
+
+if __name__ == "__main__":
+    # benchmarks/ is not a package: doc_tables and timing sit beside this file.
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    raise SystemExit(main())
