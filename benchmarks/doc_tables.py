@@ -326,25 +326,36 @@ def policy_loop() -> str:
 # ----------------------------------------------------------------- documents
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+# A block may be indented (a table inside a list item): its lines keep the opening marker's indent.
 _BLOCK = re.compile(
-    r"(<!-- bench:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /bench:(?P=name) -->)", re.S
+    r"^(?P<indent>[ ]*)(?P<open><!-- bench:(?P<name>[\w-]+) -->\n)(?P<body>.*?)"
+    r"^(?P=indent)(?P<close><!-- /bench:(?P=name) -->)",
+    re.S | re.M,
 )
 #: Modules holding more tables (each registers its own on import): one per kind of results.
 TABLE_MODULES = ("tables_ray",)
 
 
-def render(text: str) -> tuple[str, set[str]]:
-    """``text`` with every marked block regenerated, and the names it holds."""
-    names: set[str] = set()
+def blocks(text: str) -> dict[str, str]:
+    """The body of every marked block in ``text``, by name."""
+    return {m["name"]: m["body"] for m in _BLOCK.finditer(text)}
+
+
+def render(text: str) -> str:
+    """``text`` with every marked block regenerated (``KeyError`` for a name with no table)."""
 
     def fill(m: re.Match[str]) -> str:
-        name = m["name"]
+        name, indent = m["name"], m["indent"]
         if name not in TABLES:
-            raise KeyError(f"marker bench:{name} has no table (known: {', '.join(sorted(TABLES))})")
-        names.add(name)
-        return f"{m[1]}{TABLES[name]().rstrip()}\n{m[4]}"
+            known = ", ".join(sorted(TABLES))
+            raise KeyError(f"marker bench:{name} has no table (known: {known})")
+        body = "".join(
+            f"{indent}{line}" if line.strip() else line
+            for line in TABLES[name]().rstrip().splitlines(keepends=True)
+        )
+        return f"{indent}{m['open']}{body}\n{indent}{m['close']}"
 
-    return _BLOCK.sub(fill, text), names
+    return _BLOCK.sub(fill, text)
 
 
 def problems(docs: list[Path], write: bool = False) -> list[str]:
@@ -356,21 +367,17 @@ def problems(docs: list[Path], write: bool = False) -> list[str]:
     for doc in docs:
         text = doc.read_text(encoding="utf-8")
         try:
-            new, names = render(text)
+            new = render(text)
         except KeyError as exc:
             found.append(f"{doc}: {exc.args[0]}")
             continue
-        used |= names
+        before, after = blocks(text), blocks(new)
+        used |= set(after)
         if new != text:
             if write:
                 doc.write_text(new, encoding="utf-8")
             else:
-                stale = [n for n in sorted(names) if _block(text, n) != _block(new, n)]
+                stale = sorted(n for n in after if before.get(n) != after[n])
                 found.append(f"{doc}: stale tables {', '.join(stale)}")
     found += [f"table {n} is in no document" for n in sorted(set(TABLES) - used)]
     return found
-
-
-def _block(text: str, name: str) -> str | None:
-    m = re.search(rf"<!-- bench:{name} -->\n(.*?)<!-- /bench:{name} -->", text, re.S)
-    return m[1] if m else None

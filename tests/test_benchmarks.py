@@ -113,3 +113,58 @@ def test_policy_loop_writes_under_results_by_default(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert Path(proc.stdout.strip()) == BENCH / "results"
     assert list(tmp_path.iterdir()) == []
+
+
+def report_tables(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``bench_report.py`` on the docs' generated tables; returns the finished process."""
+    return subprocess.run(
+        [sys.executable, str(BENCH / "bench_report.py"), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_committed_doc_tables_match_their_results_files(tmp_path: Path) -> None:
+    proc = report_tables("--check", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+
+
+def copy_docs(tmp_path: Path) -> list[Path]:
+    docs = [BENCH.parent / "README.md", *sorted((BENCH.parent / "docs").glob("*.md"))]
+    copies = []
+    for doc in docs:
+        copy = tmp_path / doc.name
+        copy.write_text(doc.read_text(encoding="utf-8"), encoding="utf-8")
+        copies.append(copy)
+    return copies
+
+
+def test_a_table_edited_by_hand_is_found_and_rewritten(tmp_path: Path) -> None:
+    copies = copy_docs(tmp_path)
+    readme = copies[0]
+    original = readme.read_text(encoding="utf-8")
+    start = original.index("<!-- bench:single-env -->")
+    end = original.index("<!-- /bench:single-env -->")
+    block = original[start:end]
+    edited = block.replace("x |", "1x |", 1)  # one ratio typed in by hand
+    assert edited != block
+    readme.write_text(original[:start] + edited + original[end:], encoding="utf-8")
+    docs = [str(c) for c in copies]
+
+    stale = report_tables("--check", "--docs", *docs, cwd=tmp_path)
+    assert stale.returncode == 1
+    assert f"{readme}: stale tables single-env\n" in stale.stderr
+
+    assert report_tables("--write", "--docs", *docs, cwd=tmp_path).returncode == 0
+    assert readme.read_text(encoding="utf-8") == original
+
+
+def test_unknown_marker_and_unused_table_are_named(tmp_path: Path) -> None:
+    doc = tmp_path / "doc.md"
+    doc.write_text("<!-- bench:atari -->\n<!-- /bench:atari -->\n", encoding="utf-8")
+    proc = report_tables("--check", "--docs", str(doc), cwd=tmp_path)
+    assert proc.returncode == 1
+    assert "marker bench:atari has no table" in proc.stderr
+    assert "table single-env is in no document" in proc.stderr
