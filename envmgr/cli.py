@@ -230,12 +230,10 @@ BENCH_PROG = "envmgr bench"
 
 
 def _bench_argv(extra: Sequence[str]) -> list[str]:
-    """The suite's arguments: it names itself ``envmgr bench`` and writes its results to the
-    current directory unless ``--out`` says where, never into the checkout it runs from."""
-    argv = ["--prog", BENCH_PROG, *extra]
-    if not any(a == "--out" or a.startswith("--out=") for a in extra):
-        argv += ["--out", os.getcwd()]
-    return argv
+    """The suite's arguments: it names itself ``envmgr bench`` (in usage, errors and the
+    command it echoes) and, as by its own default, writes to the current directory unless
+    ``--out`` says where, never into the checkout it runs from."""
+    return ["--prog", BENCH_PROG, *extra]
 
 
 def _bench(args: argparse.Namespace) -> int:

@@ -60,6 +60,10 @@ def test_throughput_ceiling_extras_and_output_in_cwd(tmp_path: Path) -> None:
     (floor,) = report["floor"]["layouts"]
     assert set(floor["samples"]) == {"envmgr", "floor"}, floor.get("error")
     assert "| noop | 4 |" in proc.stdout and "envmgr/ceiling" in proc.stdout
+    # The report lists what this run measured, in its own words.
+    assert "round trip / floor |" in proc.stdout
+    for leftover in ("not measured", "()", "issue"):
+        assert leftover not in proc.stdout.lower()
 
 
 def test_throughput_out_directory_and_usage_errors(tmp_path: Path) -> None:
@@ -168,3 +172,35 @@ def test_unknown_marker_and_unused_table_are_named(tmp_path: Path) -> None:
     assert proc.returncode == 1
     assert "marker bench:atari has no table" in proc.stderr
     assert "table single-env is in no document" in proc.stderr
+
+
+PLOT_CHECK = """
+import json, sys
+from matplotlib.colors import to_hex
+import bench_report
+report = json.loads(open(sys.argv[1]).read())
+fig = bench_report.figure(report["configs"], "t")
+assert len(fig.legends) == 1, "one legend, below the panels"
+assert sorted(set(bench_report.COLOURS.values())) == sorted(bench_report.COLOURS.values())
+assert set(bench_report.COLOURS) == set(bench_report.LABELS)
+for ax in fig.axes:
+    if not ax.get_visible():
+        continue
+    assert ax.get_legend() is None and not ax.texts, f"{ax.get_title()}: text over the data"
+    colours = [to_hex(line.get_color()) for line in ax.get_lines() if line.get_marker() != "_"]
+    assert colours and len(colours) == len(set(colours)), (ax.get_title(), colours)
+print("ok", len(fig.axes))
+"""
+
+
+def test_plot_keeps_labels_off_the_data_and_colours_apart(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", PLOT_CHECK, str(BENCH / "results/2026-12-02/throughput.json")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(BENCH), str(BENCH.parent)])},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.startswith("ok")
