@@ -56,6 +56,18 @@ class TimerFileError(TimerTreeError):
 # ------------------------------------------------------------------ reading and checking
 
 
+#: How a ``workers`` node right under the root is shown: the manager merges worker trees under
+#: the caller's current timer, and a call made outside any timer (a reset before the loop) has
+#: only the root to go under.
+_UNTIMED = "(calls made outside any timer)"
+
+#: A worker is named a straggler when its env time is at least this much above the median
+#: worker's. Workers stepping identical envs differ by several percent from scheduling noise
+#: alone (2.7-6.2% in a 3-s demo on a 2-core VM, 10% in one under load), so a smaller excess
+#: says nothing about the worker; 20% is twice the largest such difference seen.
+STRAGGLER_EXCESS = 0.20
+
+
 def _is_finite_number(x: object) -> TypeGuard[float]:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
@@ -267,6 +279,8 @@ def format_tree(
             hidden_empty += _count_nodes(kids) - _count_nodes(shown)
             kids = shown
         label = indent + ("|| " if parallel else "") + name
+        if depth == 1 and name == "workers":
+            label += f" {_UNTIMED}"
         if kids and max_depth is not None and depth >= max_depth:
             label += f" [+{len(kids)}]"
             any_cut = True
@@ -324,7 +338,15 @@ def format_tree(
     if any_cut:
         lines.append("[+N] = N child timers below the depth limit")
     if hidden_empty:
-        lines.append(f"({hidden_empty} timers never entered are hidden)")
+        lines.append(
+            f"({hidden_empty} timers never entered are hidden: each worker's tree holds a timer "
+            "for every command it"
+        )
+        lines.append(
+            "     can serve, and where a command did not run, its timers have count 0; "
+            "show_empty=True"
+        )
+        lines.append("     or `envmgr timers show --all` lists them)")
     gauges = format_gauges(tree)
     if gauges:
         lines.append("")
@@ -508,7 +530,9 @@ def worker_summary(tree: Any) -> str:
       writing results to shared memory);
     * other: the rest of the worker's wall time (its loop, time not yet attributed).
 
-    A final line names the straggler: the worker with the most env time, against the median.
+    A final line names the straggler: the worker with the most env time, when that is at least
+    ``STRAGGLER_EXCESS`` (20%) above the median worker's; below that it says by how much the
+    busiest worker led, and that this is within noise.
 
     Args:
         tree: A timer tree (see :func:`format_tree`).
@@ -522,12 +546,12 @@ def worker_summary(tree: Any) -> str:
         return "no per-worker timers in this tree (no worker_<i> nodes)"
 
     lines = []
-    where = ", ".join(p for p, _, _ in places)
+    where = ", ".join(_place(p) for p, _, _ in places)
     lines.append(f"per-worker time, summed over {len(places)} merge point(s): {where}")
     for path, total, count in places:
         if count:
             lines.append(
-                f"  parent waited in {path}: {_short_seconds(total)} over {count} call(s) "
+                f"  parent waited in {_place(path)}: {_short_seconds(total)} over {count} call(s) "
                 f"({_short_seconds(total / count)} per call)"
             )
 
@@ -548,6 +572,12 @@ def worker_summary(tree: Any) -> str:
             setattr(everyone, slot, getattr(everyone, slot) + getattr(s, slot))
     if len(workers) > 1:
         lines.append(_worker_row("all", everyone, pct))
+    lines += [
+        "env = env.* calls; waiting = wait_command, idle until the parent's next command;",
+        "transfer = send_response plus the step/reset timers' own time: reading actions and",
+        "writing observations, rewards and infos to shared memory or the pipe; other = the rest",
+        "of the worker's wall time (its own loop)",
+    ]
     if everyone.total > 0:
         shares = {
             "env": everyone.env,
@@ -578,7 +608,13 @@ def _worker_row(label: str, s: _WorkerStats, pct: Any) -> str:
     )
 
 
+def _place(path: str) -> str:
+    """A merge point's path as shown: a ``workers`` node under the root says what it holds."""
+    return f"workers {_UNTIMED}" if path == "workers" else path
+
+
 def _straggler_line(workers: dict[int, _WorkerStats]) -> str:
+    """The worker with the most env time, named a straggler only past ``STRAGGLER_EXCESS``."""
     if len(workers) < 2:
         return "straggler: n/a (only one worker)"
     env = {i: s.env for i, s in workers.items()}
@@ -588,12 +624,19 @@ def _straggler_line(workers: dict[int, _WorkerStats]) -> str:
     if median <= 0:
         return "straggler: n/a (no env time recorded)"
     excess = 100.0 * (env[slowest] - median) / median
+    rule = f"{100 * STRAGGLER_EXCESS:.0f}%"
+    if excess < 100.0 * STRAGGLER_EXCESS:
+        return (
+            f"straggler: none (worker_{slowest} has the most env time, {excess:.1f}% above the "
+            f"median {_short_seconds(median)}: under the {rule} that identical workers can "
+            "differ by from noise alone)"
+        )
     s = workers[slowest]
     calls = (
         f" ({s.env_calls} calls, {_short_seconds(s.env / s.env_calls)} each)" if s.env_calls else ""
     )
     return (
         f"straggler: worker_{slowest} spent {_short_seconds(env[slowest])} in env calls{calls}, "
-        f"{excess:.1f}% above the median {_short_seconds(median)}; "
+        f"{excess:.1f}% above the median {_short_seconds(median)} (named from {rule}); "
         f"fastest: worker_{fastest}, {_short_seconds(env[fastest])}"
     )
