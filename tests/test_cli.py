@@ -326,3 +326,45 @@ def test_demo_vector_hosts_one_batched_env_per_worker(tmp_path: Path) -> None:
     step = worker["children"]["worker_0"]["children"]["step"]
     # One env.step call per batch step in a worker hosting a batched env.
     assert step["children"]["env.step"]["count"] == step["count"]
+
+
+# ------------------------------------------------------------------ a shadowing folder
+
+SHADOWED = """
+import importlib.util, os, sys
+here, cli_file = sys.argv[1], sys.argv[2]
+package_root = os.path.dirname(os.path.dirname(cli_file))
+# What a shell in a folder holding a clone named envmgr/ gets when nothing else supplies the
+# package: the folder comes first on sys.path, and no installed copy is reachable.
+sys.path[:] = [here] + [p for p in sys.path if p and os.path.abspath(p) != package_root]
+sys.meta_path[:] = [
+    f for f in sys.meta_path if "Editable" not in getattr(f, "__name__", type(f).__name__)
+]
+spec = importlib.util.spec_from_file_location("cli_under_test", cli_file)
+cli = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(cli)
+import envmgr
+assert envmgr.__file__ is None, envmgr
+sys.exit(cli.main(["demo", "--seconds", "0.1"]))
+"""
+
+
+def test_a_folder_named_envmgr_that_shadows_the_package_is_named_in_one_line(
+    tmp_path: Path,
+) -> None:
+    clone = tmp_path / "envmgr"
+    (clone / "envmgr").mkdir(parents=True)  # a clone: the package one level down
+    (clone / "README.md").write_text("# envmgr\n")
+    cli_file = Path(__file__).resolve().parent.parent / "envmgr" / "cli.py"
+    proc = subprocess.run(
+        [sys.executable, "-c", SHADOWED, str(tmp_path), str(cli_file)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith("envmgr: error: ") and "envmgr" in line.split(":")[2]
+    assert f"the folder {clone} shadows the installed envmgr" in line
