@@ -333,7 +333,7 @@ _BLOCK = re.compile(
     re.S | re.M,
 )
 #: Modules holding more tables (each registers its own on import): one per kind of results.
-TABLE_MODULES = ("tables_ray",)
+TABLE_MODULES = ("tables_ray", "tables_timers")
 
 
 def blocks(text: str) -> dict[str, str]:
