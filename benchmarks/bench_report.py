@@ -255,6 +255,17 @@ def figure(configs: list[dict[str, Any]], title: str) -> Any:
     return fig
 
 
+def plot_title(report: dict[str, Any]) -> str:
+    """The plot's title: what ran, where, and how long, from the run's JSON report."""
+    m, cfg = report["machine"], report["config"]
+    return (
+        f"env-steps/s, {cfg['workers']} workers; {m['nproc']} CPUs, Python "
+        f"{str(m['python']).split()[0]}, gymnasium {m['gymnasium']}, envmgr {m['envmgr']} "
+        f"@ {m['git_commit']}{'+dirty' if m['git_dirty'] else ''}; "
+        f"{cfg['repeats']} rounds x {cfg['seconds']:g} s"
+    )
+
+
 def plot(configs: list[dict[str, Any]], path: Path, title: str) -> None:
     """Draw ``figure`` to ``path`` (PNG, or the format its extension names)."""
     import matplotlib.pyplot as plt
@@ -347,6 +358,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     mode = p.add_mutually_exclusive_group(required=True)
     mode.add_argument("--write", action="store_true", help="regenerate the tables in place")
     mode.add_argument("--check", action="store_true", help="exit 1 if any table is stale")
+    mode.add_argument(
+        "--replot",
+        type=Path,
+        metavar="JSON",
+        help="redraw the PNG beside a throughput.py JSON report from its samples",
+    )
     p.add_argument(
         "--docs",
         nargs="+",
@@ -355,6 +372,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="documents to read (default: README.md and docs/*.md)",
     )
     args = p.parse_args(argv)
+    if args.replot is not None:
+        report = doc_tables.load_json(args.replot)
+        plot(report["configs"], args.replot.with_suffix(".png"), plot_title(report))
+        print(f"wrote {args.replot.with_suffix('.png')}")
+        return 0
     found = doc_tables.problems(args.docs, write=args.write)
     for line in found:
         print(line, file=sys.stderr)

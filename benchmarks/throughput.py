@@ -52,7 +52,6 @@ import argparse
 import gc
 import json
 import os
-import platform
 import shlex
 import sys
 import time
@@ -520,14 +519,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.out.with_suffix(".txt").write_text(text)
     written = [args.out, args.out.with_suffix(".txt")]
     if not args.no_plot:
-        m = report["machine"]
-        title = (
-            f"env-steps/s, {args.workers} workers; {m['nproc']} CPUs, Python "
-            f"{platform.python_version()}, gymnasium {m['gymnasium']}, envmgr {m['envmgr']} "
-            f"@ {m['git_commit']}{'+dirty' if m['git_dirty'] else ''}; "
-            f"{args.repeats} rounds x {args.seconds:g} s"
-        )
-        bench_report.plot(report["configs"], args.plot, title)
+        bench_report.plot(report["configs"], args.plot, bench_report.plot_title(report))
         written.append(args.plot)
     print()
     print(text)

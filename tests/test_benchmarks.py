@@ -204,3 +204,11 @@ def test_plot_keeps_labels_off_the_data_and_colours_apart(tmp_path: Path) -> Non
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.startswith("ok")
+
+
+def test_replot_redraws_the_png_beside_a_report(tmp_path: Path) -> None:
+    report = tmp_path / "throughput.json"
+    report.write_bytes((BENCH / "results/2026-12-02/throughput.json").read_bytes())
+    proc = report_tables("--replot", str(report), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "throughput.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
