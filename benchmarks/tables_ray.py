@@ -94,8 +94,11 @@ def ray_round_trip() -> str:
         ["the same through a Ray compiled graph (`ray.dag`)", f"{compiled / 1e3:,.2f}"],
         ["one 2,048-env block stepped in-process", f"{block / 1e3:,.2f}"],
     ]  # fmt: skip
-    more = f"and `{rel(RAY_GRAPH_TEXT)}`; two sittings and two set-ups, hence two round trips"
-    text = caption(RAY_TEXT, None, more) + markdown(["what", "ms per batch step"], rows, "lr")
+    head = (
+        f"*From `{rel(RAY_TEXT)}` and `{rel(RAY_GRAPH_TEXT)}`: two sittings and two set-ups, "
+        "hence two round trips.*\n\n"
+    )
+    text = head + markdown(["what", "ms per batch step"], rows, "lr")
     return text + (
         f"\n\nA backend built on actor calls can reach at most about {local / (local + bare):.2f}x "
         f"the local manager here (local step / (local step + bare round trip)); a compiled "
