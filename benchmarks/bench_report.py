@@ -1,7 +1,17 @@
-"""Tables and plots for the benchmark results (Markdown on stdout, PNG on disk)."""
+"""Tables and plots for the benchmark results (Markdown on stdout, PNG on disk).
+
+Run as a script, it keeps the performance tables of README.md and docs/*.md in step with
+benchmarks/results/ (the tables themselves are in ``doc_tables.py``)::
+
+    python benchmarks/bench_report.py --write    # regenerate every marked table
+    python benchmarks/bench_report.py --check    # exit 1 naming each table that differs
+"""
 
 from __future__ import annotations
 
+import argparse
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,13 +49,23 @@ MARKERS = {
 }
 
 
-def _colour(impl: str) -> str:
-    """One colour per implementation (matplotlib's ten, then as many more as LABELS needs)."""
-    i = list(LABELS).index(impl)
-    return f"C{i}" if i < 10 else _MORE_COLOURS[i - 10]
-
-
-_MORE_COLOURS = ("black", "saddlebrown", "darkkhaki", "teal")
+#: One colour per implementation, no two alike (matplotlib's ten were too few: the extra ones
+#: came out as near-copies of its olive and brown).
+COLOURS = {
+    "serial": "#000000",
+    "ceiling": "#7f7f7f",
+    "lockstep": "#17becf",
+    "sync": "#9467bd",
+    "async": "#8c564b",
+    "envmgr": "#1f77b4",
+    "envmgr-nocopy": "#e377c2",
+    "envmgr-firstready": "#2ca02c",
+    "envmgr-caller": "#ff7f0e",
+    "envmgr-hosted": "#393b79",
+    "envmgr-hosted-caller": "#7b4173",
+    "vector": "#bcbd22",
+    "envpool": "#d62728",
+}
 
 
 def fmt_rate(x: float | None) -> str:
@@ -168,8 +188,12 @@ def setup_text(setup: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def plot(configs: list[dict[str, Any]], path: Path, title: str) -> None:
-    """One panel per env: median env-steps/s against n_envs, min-max error bars."""
+def figure(configs: list[dict[str, Any]], title: str) -> Any:
+    """One panel per env: median env-steps/s against n_envs, min-max error bars.
+
+    The legend sits below the panels and the ratio notes under each panel's axis label,
+    so neither covers a marker.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -178,7 +202,10 @@ def plot(configs: list[dict[str, Any]], path: Path, title: str) -> None:
     env_names = list(dict.fromkeys(c["env"] for c in configs))
     cols = min(3, len(env_names))
     rows = (len(env_names) + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.8 * rows), squeeze=False)
+    fig, axes = plt.subplots(
+        rows, cols, figsize=(5 * cols, 4.4 * rows + 1), squeeze=False, layout="constrained"
+    )
+    handles: dict[str, Any] = {}
     for ax, env in zip(axes.flat, env_names, strict=False):
         cs = sorted((c for c in configs if c["env"] == env), key=lambda c: c["n_envs"])
         for impl in LABELS:
@@ -190,14 +217,13 @@ def plot(configs: list[dict[str, Any]], path: Path, title: str) -> None:
             med = [median(r) for r in rates]
             lo = [m - min(r) for m, r in zip(med, rates, strict=True)]
             hi = [max(r) - m for m, r in zip(med, rates, strict=True)]
-            style = "--" if impl == "ceiling" else "-"
-            ax.errorbar(
+            handles[impl] = ax.errorbar(
                 xs,
                 med,
                 yerr=[lo, hi],
                 marker=MARKERS[impl],
-                color=_colour(impl),
-                linestyle=style,
+                color=COLOURS[impl],
+                linestyle="--" if impl == "ceiling" else "-",
                 capsize=3,
                 label=LABELS[impl],
             )
@@ -207,22 +233,44 @@ def plot(configs: list[dict[str, Any]], path: Path, title: str) -> None:
             got = [(n, r) for n, r in got if r is not None]
             if got:
                 notes.append(f"{mine}/ceiling: " + ", ".join(f"{n}: {r:.2f}" for n, r in got))
-        if notes:
-            ax.text(0.02, 0.98, "\n".join(notes), transform=ax.transAxes, fontsize=7, va="top")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ticks = sorted({c["n_envs"] for c in cs})
         ax.set_xticks(ticks)
         ax.set_xticklabels([str(x) for x in ticks])
         ax.set_title(env)
-        ax.set_xlabel("n_envs")
+        ax.set_xlabel("\n".join(["n_envs", *notes]), fontsize=8)
         ax.set_ylabel("env-steps/s (median, min-max)")
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7, loc="best")
     for ax in list(axes.flat)[len(env_names) :]:
         ax.set_visible(False)
+    fig.legend(
+        list(handles.values()),
+        [LABELS[i] for i in handles],
+        loc="outside lower center",
+        ncols=min(len(handles), 7),
+        fontsize=8,
+    )
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+    return fig
+
+
+def plot_title(report: dict[str, Any]) -> str:
+    """The plot's title: what ran, where, and how long, from the run's JSON report."""
+    m, cfg = report["machine"], report["config"]
+    return (
+        f"env-steps/s, {cfg['workers']} workers; {m['nproc']} CPUs, Python "
+        f"{str(m['python']).split()[0]}, gymnasium {m['gymnasium']}, envmgr {m['envmgr']} "
+        f"@ {m['git_commit']}{'+dirty' if m['git_dirty'] else ''}; "
+        f"{cfg['repeats']} rounds x {cfg['seconds']:g} s"
+    )
+
+
+def plot(configs: list[dict[str, Any]], path: Path, title: str) -> None:
+    """Draw ``figure`` to ``path`` (PNG, or the format its extension names)."""
+    import matplotlib.pyplot as plt
+
+    fig = figure(configs, title)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -235,12 +283,22 @@ def _config_ratio(report: dict[str, Any], env: str, n: int, key: str) -> float |
     return None
 
 
-def targets_text(report: dict[str, Any]) -> str:
-    """Issues 11 and 13's targets, read off this run (ratios are medians of per-round ones)."""
-    rows: list[tuple[str, float | None, str, bool | None]] = []
+def goals_text(report: dict[str, Any]) -> str:
+    """The project's throughput goals that this run measured, one row each ("" for none).
+
+    Ratios are medians of per-round ones; a goal the run did not measure is left out.
+    """
+    rows: list[tuple[str, float, str, bool | None]] = []
 
     def add(what: str, value: float | None, goal: str, met: bool | None) -> None:
-        rows.append((what, value, goal, met))
+        if value is not None and value == value:
+            rows.append((what, value, goal, met))
+
+    def at_least(what: str, value: float | None, goal: float) -> None:
+        add(what, value, f">= {goal:g}", None if value is None else value >= goal)
+
+    def at_most(what: str, value: float | None, goal: float) -> None:
+        add(what, value, f"<= {goal:g}", None if value is None else value <= goal)
 
     variants = ("envmgr", "envmgr-nocopy", "envmgr-firstready", "envmgr-caller")
 
@@ -249,62 +307,89 @@ def targets_text(report: dict[str, Any]) -> str:
         found = [(r, m) for r, m in found if r is not None]
         return max(found) if found else (None, "")
 
-    r = _config_ratio(report, "compute", 16, "envmgr/ceiling")
-    add("compute 2 x 8: envmgr (default) / ceiling", r, ">= 0.9", None if r is None else r >= 0.9)
-    b, m = best("compute", 16)
-    add(
-        f"compute 2 x 8: best variant ({m}) / ceiling", b, ">= 0.9", None if b is None else b >= 0.9
-    )
-    r = _config_ratio(report, "cartpole", 64, "envmgr/ceiling")
-    add("CartPole 2 x 32: envmgr (default) / ceiling", r, ">= 0.7", None if r is None else r >= 0.7)
-    b, m = best("cartpole", 64)
-    add(
-        f"CartPole 2 x 32: best variant ({m}) / ceiling",
-        b,
-        ">= 0.8",
-        None if b is None else b >= 0.8,
-    )
-    for env, n in (("compute", 16), ("cartpole", 64)):
+    for env, label, n, default_goal, best_goal in (
+        ("compute", "compute", 16, 0.9, 0.9),
+        ("cartpole", "CartPole", 64, 0.7, 0.8),
+    ):
+        layout = f"{label} 2 x {n // 2}"
+        r = _config_ratio(report, env, n, "envmgr/ceiling")
+        at_least(f"{layout}: envmgr (default) / ceiling", r, default_goal)
+        b, m = best(env, n)
+        at_least(f"{layout}: best layout ({m}) / ceiling", b, best_goal)
         r = _config_ratio(report, env, n, "lockstep/ceiling")
-        add(f"(for scale) bare lock-step {env} 2 x {n // 2} / ceiling", r, "–", None)
+        add(f"(for scale) bare lock-step {layout} / ceiling", r, "–", None)
     cpu = None
     for o in report.get("overhead", []):
         if (o["n_workers"], o["envs_per_worker"]) == (2, 64):
             cpu = o["median_parent_cpu_us_per_batch"].get("envmgr")
-    add("no-op 2 x 64: parent CPU µs per batch", cpu, "<= 10", None if cpu is None else cpu <= 10)
+    at_most("no-op 2 x 64: parent CPU µs per batch", cpu, 10)
     slope = report.get("scaling", {}).get("slope_parent_cpu_us_per_worker")
-    add(
-        "no-op: parent CPU µs per added worker",
-        slope,
-        "<= 1",
-        None if slope is None else slope <= 1,
-    )
+    at_most("no-op: parent CPU µs per added worker", slope, 1)
     for e in report.get("floor", {}).get("layouts", []):
         f = (e.get("ratio_envmgr_over_floor") or {}).get("median")
-        add(
-            f"{e['n_workers']} worker(s): round trip / floor",
-            f,
-            "<= 2",
-            None if f is None else f <= 2,
-        )
+        at_most(f"{e['n_workers']} worker(s): round trip / floor", f, 2)
     for mine, how in (("envmgr-hosted", "2 workers"), ("envmgr-hosted-caller", "caller_envs")):
         r = _config_ratio(report, "cartpole-vector", 2048, f"{mine}/ceiling")
-        what = f"CartPole vector 2 x 1,024: hosted ({how}) / ceiling"
-        add(what, r, ">= 0.8", None if r is None else r >= 0.8)
+        at_least(f"CartPole vector 2 x 1,024: hosted ({how}) / ceiling", r, 0.8)
         r = _config_ratio(report, "cartpole-vector", 2048, f"{mine}/envpool")
-        what = f"CartPole vector 2 x 1,024: hosted ({how}) / EnvPool"
-        add(what, r, ">= 15", None if r is None else r >= 15)
+        at_least(f"CartPole vector 2 x 1,024: hosted ({how}) / EnvPool", r, 15)
     r = _config_ratio(report, "cartpole-vector", 2048, "lockstep/ceiling")
     add("(for scale) bare lock-step 2 x 1,024 / ceiling", r, "–", None)
+    if not rows:
+        return ""
     lines = [
-        "Issue targets read off this run (one run; the policy-loop and Ray targets come from "
-        "policy_loop.py and ray_throughput.py):",
+        "Throughput goals this run measured (one run; the training-loop and Ray goals are "
+        "measured by policy_loop.py and ray_throughput.py):",
         "",
-        "| target | this run | goal | met |",
+        "| goal | this run | wanted | met |",
         "|---|---:|---:|---|",
     ]
     for what, value, goal, met in rows:
-        shown = "not measured" if value is None or value != value else f"{value:,.2f}"
-        verdict = "–" if met is None or value != value else ("yes" if met else "no")
-        lines.append(f"| {what} | {shown} | {goal} | {verdict} |")
+        verdict = "–" if met is None else ("yes" if met else "no")
+        lines.append(f"| {what} | {value:,.2f} | {goal} | {verdict} |")
     return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``--write`` or ``--check`` the documents' generated tables; returns the exit code."""
+    import doc_tables
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    mode = p.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--write", action="store_true", help="regenerate the tables in place")
+    mode.add_argument("--check", action="store_true", help="exit 1 if any table is stale")
+    mode.add_argument(
+        "--replot",
+        type=Path,
+        metavar="JSON",
+        help="redraw the PNG beside a throughput.py JSON report from its samples",
+    )
+    p.add_argument(
+        "--docs",
+        nargs="+",
+        type=Path,
+        default=doc_tables.DOCS,
+        help="documents to read (default: README.md and docs/*.md)",
+    )
+    args = p.parse_args(argv)
+    if args.replot is not None:
+        report = doc_tables.load_json(args.replot)
+        plot(report["configs"], args.replot.with_suffix(".png"), plot_title(report))
+        print(f"wrote {args.replot.with_suffix('.png')}")
+        return 0
+    found = doc_tables.problems(args.docs, write=args.write)
+    for line in found:
+        print(line, file=sys.stderr)
+    if found:
+        if args.check:
+            print("run: python benchmarks/bench_report.py --write", file=sys.stderr)
+        return 1
+    if args.write:
+        print(f"tables regenerated in {len(args.docs)} documents")
+    return 0
+
+
+if __name__ == "__main__":
+    # benchmarks/ is not a package: doc_tables and timing sit beside this file.
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    raise SystemExit(main())

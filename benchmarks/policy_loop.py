@@ -5,7 +5,11 @@ Usage (from the repository root)::
 
     python benchmarks/policy_loop.py                  # 64 envs, 5 rounds x 2 s (~3 min)
     python benchmarks/policy_loop.py --quick          # smoke run (~30 s)
-    python benchmarks/policy_loop.py --caller-envs 16 --out results/
+    python benchmarks/policy_loop.py --caller-envs 16 --out mine/
+
+Results (``policy_loop.json`` and ``.txt``; ``policy_loop_quick.*`` with ``--quick``, which git
+ignores) go to ``benchmarks/results/`` beside this script, wherever it is run from, unless
+``--out`` names another directory.
 
 Throughput tables time the envs alone; in training, the policy runs between steps, and
 while it runs the workers wait (sync) or step (pool mode). Each loop here is
@@ -44,6 +48,8 @@ from time import perf_counter  # noqa: E402
 from typing import Any  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
+# The run's record sits with the others, not in whatever directory the script was started from.
+RESULTS = HERE / "results"
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
@@ -163,7 +169,8 @@ def build_loops(args: argparse.Namespace) -> tuple[list[Runner], dict]:
     return runners, skipped
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The run's options; ``--quick`` sets its short timings."""
     p = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -179,13 +186,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=5, help="interleaved rounds (default: 5)")
     p.add_argument("--warmup", type=float, default=0.3)
     p.add_argument("--pre-sample-steps", type=int, default=10)
-    p.add_argument("--out", type=Path, default=None, help="output directory (default: cwd)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=RESULTS,
+        help="output directory (default: benchmarks/results beside this script)",
+    )
     p.add_argument("--quick", action="store_true", help="2 rounds x 0.3 s")
     args = p.parse_args(argv)
     if args.n_envs % args.workers or args.n_envs < 1:
         p.error(f"--n-envs {args.n_envs} must be a positive multiple of --workers {args.workers}")
     if args.quick:
         args.seconds, args.repeats, args.warmup = 0.3, 2, 0.1
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     runners, skipped = build_loops(args)
     policies = {name: MLPPolicy(4, hidden, 2, seed=0) for name, hidden in POLICIES.items()}
     cost = {
@@ -227,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         "wall_seconds": perf_counter() - t_start,
     }
     text = table(report, args)
-    out_dir = Path.cwd() if args.out is None else args.out
+    out_dir = args.out
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = "policy_loop_quick" if args.quick else "policy_loop"
     (out_dir / f"{stem}.json").write_text(json.dumps(report, indent=1, default=str))

@@ -52,7 +52,7 @@ import argparse
 import gc
 import json
 import os
-import platform
+import shlex
 import sys
 import time
 import traceback
@@ -329,6 +329,20 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def typed_command(args: argparse.Namespace) -> str:
+    """The command as the user typed it: ``envmgr bench``'s own ``--prog`` is left out."""
+    shown: list[str] = []
+    skip = False
+    for a in args.argv:
+        if skip:
+            skip = False
+        elif a == "--prog":
+            skip = True
+        elif not a.startswith("--prog="):
+            shown.append(a)
+    return " ".join([args.prog or f"python {sys.argv[0]}", shlex.join(shown)]).rstrip()
+
+
 def todo(args: argparse.Namespace) -> list[tuple[str, int]]:
     """Every (env, n_envs) configuration of the run, in order."""
     return [
@@ -368,7 +382,7 @@ def run(args: argparse.Namespace, status: dict[str, tuple[bool, str]]) -> dict[s
     report: dict[str, Any] = {
         "benchmark": "envmgr throughput",
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "command": " ".join([args.prog or "throughput.py", *args.argv]),
+        "command": typed_command(args),
         "machine": run_context.machine_info(status["envpool"][1]),
         "loadavg_start": os.getloadavg() if hasattr(os, "getloadavg") else None,
         "config": {
@@ -447,19 +461,25 @@ def tables(report: dict[str, Any], args: argparse.Namespace) -> str:
         pairs += [("envmgr-hosted-caller", p) for p in ("ceiling", "lockstep", "envpool")]
         pairs += [("envmgr", "ceiling"), ("ceiling", "vector"), ("lockstep", "ceiling")]
         out.append(bench_report.markdown_table(vector, vector_case.VECTOR_IMPLS, pairs))
+    # EnvPool's state is said once: why it was skipped, or which version ran.
     notes = sorted(
         {
             f"skipped {i}: {r}"
             for c in configs
             for i, r in c["skipped"].items()
-            if i in args.impls and r != "envpool has no equivalent of this env"
+            if i in args.impls and i != "envpool"
         }
     )
     for c in configs:
         notes += [f"ERROR {c['env']} n={c['n_envs']} {i}: {r}" for i, r in c["errors"].items()]
     notes += [f"ERROR in {k}: {v}" for k, v in report.get("extra_errors", {}).items()]
-    notes.append(f"envpool: {report['machine']['envpool']}")
-    out.append("\n".join(notes))
+    envpool_ran = any("envpool" in c["samples"] for c in configs)
+    if envpool_ran:
+        notes.append(f"EnvPool: {report['machine']['envpool']}")
+    elif any(r == "envpool unavailable" for c in configs for r in c["skipped"].values()):
+        notes.append(f"EnvPool skipped: {report['machine']['envpool']}")
+    if notes:
+        out.append("\n".join(notes))
     if "overhead" in report:
         out.append(bench_report.overhead_text(report["overhead"]))
     if "scaling" in report:
@@ -468,7 +488,9 @@ def tables(report: dict[str, Any], args: argparse.Namespace) -> str:
         out.append(bench_report.floor_text(report["floor"]))
     if "setup" in report:
         out.append(bench_report.setup_text(report["setup"]))
-    out.append(bench_report.targets_text(report))
+    goals = bench_report.goals_text(report)
+    if goals:
+        out.append(goals)
     costs = ", ".join(f"{e} {v:.1f}" for e, v in report["env_step_cost_us"].items())
     tail = [f"env step cost in-process (median µs): {costs}"]
     tail.append(f"spawn pickling check: {report['spawn_pickling_check']}")
@@ -488,8 +510,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     status = {"envpool": (False, "not requested")}
     if "envpool" in args.impls and any(e in peers.ENVPOOL_ENVS for e in args.envs):
         status["envpool"] = peers.envpool_status()
-        if not status["envpool"][0]:
-            print(f"envpool skipped: {status['envpool'][1]}", file=sys.stderr)
     report = run(args, status)
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -499,14 +519,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.out.with_suffix(".txt").write_text(text)
     written = [args.out, args.out.with_suffix(".txt")]
     if not args.no_plot:
-        m = report["machine"]
-        title = (
-            f"env-steps/s, {args.workers} workers; {m['nproc']} CPUs, Python "
-            f"{platform.python_version()}, gymnasium {m['gymnasium']}, envmgr {m['envmgr']} "
-            f"@ {m['git_commit']}{'+dirty' if m['git_dirty'] else ''}; "
-            f"{args.repeats} rounds x {args.seconds:g} s"
-        )
-        bench_report.plot(report["configs"], args.plot, title)
+        bench_report.plot(report["configs"], args.plot, bench_report.plot_title(report))
         written.append(args.plot)
     print()
     print(text)

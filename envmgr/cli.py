@@ -230,12 +230,10 @@ BENCH_PROG = "envmgr bench"
 
 
 def _bench_argv(extra: Sequence[str]) -> list[str]:
-    """The suite's arguments: it names itself ``envmgr bench`` and writes its results to the
-    current directory unless ``--out`` says where, never into the checkout it runs from."""
-    argv = ["--prog", BENCH_PROG, *extra]
-    if not any(a == "--out" or a.startswith("--out=") for a in extra):
-        argv += ["--out", os.getcwd()]
-    return argv
+    """The suite's arguments: it names itself ``envmgr bench`` (in usage, errors and the
+    command it echoes) and, as by its own default, writes to the current directory unless
+    ``--out`` says where, never into the checkout it runs from."""
+    return ["--prog", BENCH_PROG, *extra]
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -474,6 +472,19 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _shadowing_folder() -> str | None:
+    """The folder imported as ``envmgr`` in place of the package, if one was.
+
+    A directory named ``envmgr`` without an ``__init__.py`` (a clone of this repository,
+    say) in the directory Python starts from is imported as a namespace package: it has a
+    search path but no file of its own, and the package's modules cannot be found in it.
+    """
+    package = sys.modules.get("envmgr")
+    if package is None or getattr(package, "__file__", None) is not None:
+        return None
+    return next(iter(getattr(package, "__path__", [])), "envmgr")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the process exit code."""
     parser = _parser()
@@ -498,6 +509,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _usage(command, str(exc))
     except _CommandError as exc:
         print(f"envmgr: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_FILE
+    except ImportError as exc:
+        folder = _shadowing_folder()
+        if folder is None:
+            raise
+        print(
+            f"envmgr: error: {_one_line(exc)}: the folder {folder} shadows the installed envmgr "
+            "(Python imports a folder named envmgr in the current directory first); run from "
+            "another directory",
+            file=sys.stderr,
+        )
         return EXIT_BAD_FILE
     except BrokenPipeError:
         # Output piped into `head` and the like: stop quietly, as other command line tools do.

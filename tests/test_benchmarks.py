@@ -60,6 +60,10 @@ def test_throughput_ceiling_extras_and_output_in_cwd(tmp_path: Path) -> None:
     (floor,) = report["floor"]["layouts"]
     assert set(floor["samples"]) == {"envmgr", "floor"}, floor.get("error")
     assert "| noop | 4 |" in proc.stdout and "envmgr/ceiling" in proc.stdout
+    # The report lists what this run measured, in its own words.
+    assert "round trip / floor |" in proc.stdout
+    for leftover in ("not measured", "()", "issue"):
+        assert leftover not in proc.stdout.lower()
 
 
 def test_throughput_out_directory_and_usage_errors(tmp_path: Path) -> None:
@@ -96,3 +100,115 @@ def test_parent_instructions_child_steps_a_manager(tmp_path: Path) -> None:
     """The script's traced child (valgrind itself is not needed for this) builds and steps
     the manager whose parent it counts."""
     run("parent_instructions.py", "--child", "2x3x5", cwd=tmp_path)
+
+
+def test_policy_loop_writes_under_results_by_default(tmp_path: Path) -> None:
+    """Without --out a run's record goes to benchmarks/results/, not the directory it was
+    started from (quick runs once littered the repository root)."""
+    code = "import policy_loop; print(policy_loop.parse_args(['--quick']).out)"
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(BENCH), str(BENCH.parent)])},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert Path(proc.stdout.strip()) == BENCH / "results"
+    assert list(tmp_path.iterdir()) == []
+
+
+def report_tables(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``bench_report.py`` on the docs' generated tables; returns the finished process."""
+    return subprocess.run(
+        [sys.executable, str(BENCH / "bench_report.py"), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_committed_doc_tables_match_their_results_files(tmp_path: Path) -> None:
+    proc = report_tables("--check", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+
+
+def copy_docs(tmp_path: Path) -> list[Path]:
+    docs = [BENCH.parent / "README.md", *sorted((BENCH.parent / "docs").glob("*.md"))]
+    copies = []
+    for doc in docs:
+        copy = tmp_path / doc.name
+        copy.write_text(doc.read_text(encoding="utf-8"), encoding="utf-8")
+        copies.append(copy)
+    return copies
+
+
+def test_a_table_edited_by_hand_is_found_and_rewritten(tmp_path: Path) -> None:
+    copies = copy_docs(tmp_path)
+    readme = copies[0]
+    original = readme.read_text(encoding="utf-8")
+    start = original.index("<!-- bench:single-env -->")
+    end = original.index("<!-- /bench:single-env -->")
+    block = original[start:end]
+    edited = block.replace("x |", "1x |", 1)  # one ratio typed in by hand
+    assert edited != block
+    readme.write_text(original[:start] + edited + original[end:], encoding="utf-8")
+    docs = [str(c) for c in copies]
+
+    stale = report_tables("--check", "--docs", *docs, cwd=tmp_path)
+    assert stale.returncode == 1
+    assert f"{readme}: stale tables single-env\n" in stale.stderr
+
+    assert report_tables("--write", "--docs", *docs, cwd=tmp_path).returncode == 0
+    assert readme.read_text(encoding="utf-8") == original
+
+
+def test_unknown_marker_and_unused_table_are_named(tmp_path: Path) -> None:
+    doc = tmp_path / "doc.md"
+    doc.write_text("<!-- bench:atari -->\n<!-- /bench:atari -->\n", encoding="utf-8")
+    proc = report_tables("--check", "--docs", str(doc), cwd=tmp_path)
+    assert proc.returncode == 1
+    assert "marker bench:atari has no table" in proc.stderr
+    assert "table single-env is in no document" in proc.stderr
+
+
+PLOT_CHECK = """
+import json, sys
+from matplotlib.colors import to_hex
+import bench_report
+report = json.loads(open(sys.argv[1]).read())
+fig = bench_report.figure(report["configs"], "t")
+assert len(fig.legends) == 1, "one legend, below the panels"
+assert sorted(set(bench_report.COLOURS.values())) == sorted(bench_report.COLOURS.values())
+assert set(bench_report.COLOURS) == set(bench_report.LABELS)
+for ax in fig.axes:
+    if not ax.get_visible():
+        continue
+    assert ax.get_legend() is None and not ax.texts, f"{ax.get_title()}: text over the data"
+    colours = [to_hex(line.get_color()) for line in ax.get_lines() if line.get_marker() != "_"]
+    assert colours and len(colours) == len(set(colours)), (ax.get_title(), colours)
+print("ok", len(fig.axes))
+"""
+
+
+def test_plot_keeps_labels_off_the_data_and_colours_apart(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", PLOT_CHECK, str(BENCH / "results/2026-12-02/throughput.json")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(BENCH), str(BENCH.parent)])},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.startswith("ok")
+
+
+def test_replot_redraws_the_png_beside_a_report(tmp_path: Path) -> None:
+    report = tmp_path / "throughput.json"
+    report.write_bytes((BENCH / "results/2026-12-02/throughput.json").read_bytes())
+    proc = report_tables("--replot", str(report), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "throughput.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

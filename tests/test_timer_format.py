@@ -311,6 +311,8 @@ def test_format_tree_hides_never_entered_timers_unless_asked() -> None:
     text = format_tree(hand_tree())
     assert "reset " not in text.replace("env.reset", "")
     assert "timers never entered are hidden" in text
+    # ... and says why a run has them and how to see them.
+    assert "holds a timer for every command" in text and "--all" in text
     full = format_tree(hand_tree(), show_empty=True)
     assert "|| reset" in full and "hidden" not in full
 
@@ -434,6 +436,37 @@ def test_worker_summary_three_workers_median() -> None:
     assert (
         last.startswith("straggler: worker_2 spent 9 s") and "100.0% above the median 4.5 s" in last
     )
+
+
+def test_worker_summary_names_no_straggler_within_noise() -> None:
+    """The busiest worker is a straggler only from 20% above the median (STRAGGLER_EXCESS):
+    below that, identical workers differ by as much from scheduling noise alone."""
+    near = worker(wait=5.0, env_step=2.7, env_reset=0.125, step_self=0.5, send=0.875, own=0.125)
+    tree = {"total": 10.0, "children": {"workers": node(10.0, 1, 0.0, worker_0=W0, worker_1=near)}}
+    last = worker_summary(tree).splitlines()[-1]
+    # env 2.5 and 2.825: median 2.6625, worker_1 6.1% above it.
+    assert last.startswith("straggler: none (worker_1 has the most env time, 6.1% above")
+    assert "20%" in last
+
+
+def test_worker_summary_explains_its_columns() -> None:
+    text = worker_summary(hand_tree())
+    assert "transfer = send_response plus the step/reset timers' own time" in text
+    assert "waiting = wait_command" in text
+
+
+def test_calls_outside_any_timer_are_labelled_not_a_bare_workers_node() -> None:
+    """A reset before the loop, outside any timer, merges the workers under the root."""
+    tree = hand_tree()
+    tree["children"]["workers"] = node(
+        0.5, 1, 0.0, worker_0=copy.deepcopy(W0), worker_1=copy.deepcopy(W1)
+    )
+    lines = format_tree(tree).splitlines()
+    assert any(line.startswith("  workers (calls made outside any timer) ") for line in lines)
+    # The one under train/env_step keeps its plain name.
+    nested = [line for line in lines if line.lstrip().startswith("workers")]
+    assert len(nested) == 2 and sum("outside any timer" in line for line in nested) == 1
+    assert "parent waited in workers (calls made outside any timer):" in worker_summary(tree)
 
 
 def test_worker_summary_edge_cases() -> None:

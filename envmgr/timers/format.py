@@ -11,6 +11,9 @@ an optional ``count``, ``self`` (seconds not covered by children), ``is_parallel
 * :func:`worker_summary` - per worker: env calls vs. waiting vs. moving results; the straggler.
 * :func:`load_tree` / :func:`check_tree` - read and validate a tree (one-line errors).
 
+The summary lives in ``worker_view`` and reading in ``reading``; both are re-exported here,
+where the README and callers have always found them.
+
 Parallel nodes (``is_parallel``: worker trees merged into the parent, marked ``||``) sum time
 that processes spent concurrently; the table gives their share of the worker's own wall time,
 never of the parent. Each worker's tree is merged under ``worker_root`` (all workers summed)
@@ -19,14 +22,25 @@ and ``worker_<i>``; time-summing views skip ``worker_root`` when ``worker_<i>`` 
 
 from __future__ import annotations
 
-import json
-import math
-import re
-import statistics
-import sys
 from collections.abc import Mapping
-from os import PathLike
-from typing import Any, TypeGuard
+from typing import Any
+
+from envmgr.timers.reading import (
+    _PROCESS_ROOT_RE,
+    _UNTIMED,
+    TimerFileError,
+    TimerTreeError,
+    _children,
+    _count,
+    _fmt_seconds,
+    _self_time,
+    _short_seconds,
+    _summing_children,
+    _total,
+    check_tree,
+    load_tree,
+)
+from envmgr.timers.worker_view import STRAGGLER_EXCESS, worker_summary
 
 __all__ = [
     "TimerTreeError",
@@ -37,161 +51,8 @@ __all__ = [
     "format_gauges",
     "folded_stacks",
     "worker_summary",
+    "STRAGGLER_EXCESS",
 ]
-
-_WORKER_RE = re.compile(r"worker_(\d+)")
-# Where a worker's (or Ray actor's) own tree is merged in: below such a node the times are that
-# process's clock, not the parent's.
-_PROCESS_ROOT_RE = re.compile(r"worker_root|worker_\d+|actor_\d+(@.*)?")
-
-
-class TimerTreeError(ValueError):
-    """A file or object is not a readable timer tree; the message is a single line."""
-
-
-class TimerFileError(TimerTreeError):
-    """The file could not be read at all (missing, a directory, no permission, not UTF-8)."""
-
-
-# ------------------------------------------------------------------ reading and checking
-
-
-def _is_finite_number(x: object) -> TypeGuard[float]:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-
-def check_tree(tree: Any) -> dict[str, Any]:
-    """Validates a timer tree and returns it as a dict.
-
-    Args:
-        tree: A node dict (e.g. a parsed ``timers.json``) or a ``TimerNode``.
-
-    Returns:
-        The tree as a dict (``tree`` itself when it already is one).
-
-    Raises:
-        TimerTreeError: If some node is not a dict, lacks a finite, non-negative ``total``,
-            has a ``count`` that is not a non-negative number or a ``self`` that is not a
-            number, or has ``children`` that is not a dict. The message (one line) names the
-            offending node's path.
-    """
-    if hasattr(tree, "to_dict") and not isinstance(tree, Mapping):
-        tree = tree.to_dict()
-    if not isinstance(tree, Mapping):
-        raise TimerTreeError(f"expected a JSON object at the top, got {type(tree).__name__}")
-    pending: list[tuple[str, Any]] = [(str(tree.get("name", "root")), tree)]
-    while pending:
-        path, node = pending.pop()
-        if not isinstance(node, Mapping):
-            raise TimerTreeError(f"node {path!r} is a {type(node).__name__}, not an object")
-        total = node.get("total")
-        if not _is_finite_number(total) or total < 0:
-            what = "has no 'total'" if total is None else f"has total={total!r}"
-            raise TimerTreeError(
-                f"node {path!r} {what}; a timer node needs a finite, non-negative number of seconds"
-            )
-        for key in ("count", "self"):
-            value = node.get(key)
-            if value is not None and not _is_finite_number(value):
-                raise TimerTreeError(f"node {path!r} has {key}={value!r}, not a number")
-        count = node.get("count")
-        if count is not None and count < 0:
-            raise TimerTreeError(f"node {path!r} has count={count!r}; a count cannot be negative")
-        children = node.get("children")
-        if children is None:
-            continue
-        if not isinstance(children, Mapping):
-            raise TimerTreeError(f"node {path!r} has 'children' that is not an object")
-        for name, child in children.items():
-            pending.append((f"{path}/{name}", child))
-    gauges = tree.get("gauges")
-    if gauges is not None and not isinstance(gauges, Mapping):
-        raise TimerTreeError("'gauges' is not an object")
-    return dict(tree) if not isinstance(tree, dict) else tree
-
-
-def load_tree(path: str | PathLike[str]) -> dict[str, Any]:
-    """Reads and validates a ``timers.json`` (``"-"`` reads standard input).
-
-    Raises:
-        TimerFileError: With a one-line message if the file cannot be read.
-        TimerTreeError: With a one-line message if it is not valid JSON or not a timer tree.
-    """
-    name = str(path)
-    try:
-        if name == "-":
-            text = sys.stdin.read()
-            name = "<stdin>"
-        else:
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise TimerFileError(f"cannot read {name}: {reason}") from None
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise TimerTreeError(
-            f"{name} is not valid JSON: {exc.msg} (line {exc.lineno} column {exc.colno})"
-        ) from None
-    try:
-        return check_tree(doc)
-    except TimerTreeError as exc:
-        raise TimerTreeError(f"{name} is not a timer tree: {exc}") from None
-
-
-# ------------------------------------------------------------------ node helpers
-
-
-def _total(node: Mapping[str, Any]) -> float:
-    return float(node.get("total", 0.0))
-
-
-def _count(node: Mapping[str, Any]) -> int:
-    return int(node.get("count", 0) or 0)
-
-
-def _children(node: Mapping[str, Any]) -> dict[str, Any]:
-    return node.get("children") or {}
-
-
-def _self_time(node: Mapping[str, Any]) -> float:
-    """``self`` as stored, else total minus the children's totals (clamped at 0)."""
-    value = node.get("self")
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return max(0.0, float(value))
-    return max(0.0, _total(node) - sum(_total(c) for c in _children(node).values()))
-
-
-def _summing_children(node: Mapping[str, Any]) -> list[tuple[str, Any]]:
-    """Children to use where times are added up: ``worker_root`` is dropped when
-    ``worker_<i>`` siblings exist, because it is exactly their sum."""
-    kids = _children(node)
-    if "worker_root" in kids and any(_WORKER_RE.fullmatch(k) for k in kids):
-        return [(k, v) for k, v in kids.items() if k != "worker_root"]
-    return list(kids.items())
-
-
-def _fmt_seconds(s: float) -> str:
-    """Seconds in a unit that keeps 4 significant digits, right-aligned in 11 chars."""
-    if s >= 1.0:
-        return f"{s:8.3f} s "
-    if s >= 1e-3:
-        return f"{s * 1e3:8.3f} ms"
-    return f"{s * 1e6:8.3f} µs"
-
-
-def _short_seconds(s: float) -> str:
-    """Compact seconds (``1.23 s``, ``45.6 ms``, ``789 µs``) for prose and plots."""
-    if s >= 100.0:
-        return f"{s:.0f} s"
-    if s >= 1.0:
-        return f"{s:.3g} s"
-    if s >= 1e-3:
-        return f"{s * 1e3:.3g} ms"
-    if s > 0.0:
-        return f"{s * 1e6:.3g} µs"
-    return "0 s"
 
 
 # ------------------------------------------------------------------ text tree
@@ -267,6 +128,8 @@ def format_tree(
             hidden_empty += _count_nodes(kids) - _count_nodes(shown)
             kids = shown
         label = indent + ("|| " if parallel else "") + name
+        if depth == 1 and name == "workers":
+            label += f" {_UNTIMED}"
         if kids and max_depth is not None and depth >= max_depth:
             label += f" [+{len(kids)}]"
             any_cut = True
@@ -324,7 +187,15 @@ def format_tree(
     if any_cut:
         lines.append("[+N] = N child timers below the depth limit")
     if hidden_empty:
-        lines.append(f"({hidden_empty} timers never entered are hidden)")
+        lines.append(
+            f"({hidden_empty} timers never entered are hidden: each worker's tree holds a timer "
+            "for every command it"
+        )
+        lines.append(
+            "     can serve, and where a command did not run, its timers have count 0; "
+            "show_empty=True"
+        )
+        lines.append("     or `envmgr timers show --all` lists them)")
     gauges = format_gauges(tree)
     if gauges:
         lines.append("")
@@ -426,174 +297,3 @@ def folded_stacks(
         kids = list(_children(node).items()) if keep_worker_root else _summing_children(node)
         stack.extend((f"{path};{_frame(k)}", v) for k, v in reversed(kids))
     return "".join(line + "\n" for line in lines)
-
-
-# ------------------------------------------------------------------ per-worker summary
-
-
-class _WorkerStats:
-    __slots__ = ("total", "env", "wait", "transfer", "env_calls", "env_steps", "env_resets")
-
-    def __init__(self) -> None:
-        self.total = self.env = self.wait = self.transfer = 0.0
-        self.env_calls = self.env_steps = self.env_resets = 0
-
-    def add(self, node: Mapping[str, Any]) -> None:
-        self.total += _total(node)
-        for name, child in _children(node).items():
-            if name == "wait_command":
-                self.wait += _total(child)
-            elif name == "send_response":
-                self.transfer += _total(child)
-            elif name.startswith("env."):
-                self._add_env(name, child)
-            else:
-                # A command ("step", "reset", ...): env calls inside it are env time, the
-                # rest (reading actions, writing observations to shared memory) is transfer.
-                inner = 0.0
-                for sub_name, sub in _children(child).items():
-                    if sub_name.startswith("env."):
-                        inner += _total(sub)
-                        self._add_env(sub_name, sub)
-                if name in ("step", "reset"):
-                    self.transfer += max(0.0, _total(child) - inner)
-
-    def _add_env(self, name: str, node: Mapping[str, Any]) -> None:
-        self.env += _total(node)
-        self.env_calls += _count(node)
-        if name == "env.step":
-            self.env_steps += _count(node)
-        elif name == "env.reset":
-            self.env_resets += _count(node)
-
-    @property
-    def other(self) -> float:
-        return max(0.0, self.total - self.env - self.wait - self.transfer)
-
-
-def _find_workers(
-    tree: Mapping[str, Any],
-) -> tuple[dict[int, _WorkerStats], list[tuple[str, float, int]]]:
-    """Per-worker stats summed over every place worker trees were merged, and those places
-    as (path, parent's total, parent's count)."""
-    workers: dict[int, _WorkerStats] = {}
-    places: list[tuple[str, float, int]] = []
-    stack: list[tuple[str, Mapping[str, Any]]] = [("", tree)]
-    while stack:
-        path, node = stack.pop()
-        found = False
-        for name, child in _children(node).items():
-            m = _WORKER_RE.fullmatch(name)
-            if m:
-                found = True
-                workers.setdefault(int(m.group(1)), _WorkerStats()).add(child)
-            elif name != "worker_root":
-                stack.append((f"{path}/{name}" if path else name, child))
-        if found:
-            places.append((path or str(tree.get("name", "root")), _total(node), _count(node)))
-    places.reverse()  # the stack visits later siblings first
-    return workers, places
-
-
-def worker_summary(tree: Any) -> str:
-    """Summarises where each worker process spent its time.
-
-    Every ``worker_<i>`` subtree in the tree is found (the manager merges worker trees under
-    ``workers`` wherever the loop stepped, e.g. both under ``env_reset`` and ``env_step``) and
-    summed per worker. Each worker's time is split into:
-
-    * env: every ``env.*`` call (``env.step``, and ``env.reset`` from resets and autoresets);
-    * waiting: ``wait_command``, idle until the parent sends the next command;
-    * transfer: ``send_response`` plus the self time of ``step`` / ``reset`` (reading actions,
-      writing results to shared memory);
-    * other: the rest of the worker's wall time (its loop, time not yet attributed).
-
-    A final line names the straggler: the worker with the most env time, against the median.
-
-    Args:
-        tree: A timer tree (see :func:`format_tree`).
-
-    Returns:
-        The summary as text; a one-line note when the tree has no ``worker_<i>`` nodes.
-    """
-    tree = check_tree(tree)
-    workers, places = _find_workers(tree)
-    if not workers:
-        return "no per-worker timers in this tree (no worker_<i> nodes)"
-
-    lines = []
-    where = ", ".join(p for p, _, _ in places)
-    lines.append(f"per-worker time, summed over {len(places)} merge point(s): {where}")
-    for path, total, count in places:
-        if count:
-            lines.append(
-                f"  parent waited in {path}: {_short_seconds(total)} over {count} call(s) "
-                f"({_short_seconds(total / count)} per call)"
-            )
-
-    def pct(part: float, whole: float) -> str:
-        return f"{100.0 * part / whole:5.1f}%" if whole > 0 else "     -"
-
-    header = (
-        f"{'worker':<10} {'total':>11} {'env':>11} {'%':>6} {'waiting':>11} {'%':>6} "
-        f"{'transfer':>11} {'%':>6} {'other':>11} {'env calls':>10} {'per call':>11}"
-    )
-    lines.append(header)
-    lines.append("-" * len(header))
-    everyone = _WorkerStats()
-    for index in sorted(workers):
-        s = workers[index]
-        lines.append(_worker_row(f"worker_{index}", s, pct))
-        for slot in _WorkerStats.__slots__:
-            setattr(everyone, slot, getattr(everyone, slot) + getattr(s, slot))
-    if len(workers) > 1:
-        lines.append(_worker_row("all", everyone, pct))
-    if everyone.total > 0:
-        shares = {
-            "env": everyone.env,
-            "waiting": everyone.wait,
-            "transfer": everyone.transfer,
-        }
-        top = max(shares, key=lambda k: shares[k])
-        share = 100.0 * shares[top] / everyone.total
-        verdict = {
-            "env": f"env-bound: workers spent {share:.0f}% of their time in env calls",
-            "waiting": f"parent-bound: workers spent {share:.0f}% of their time waiting for "
-            "the next command",
-            "transfer": f"transfer-bound: workers spent {share:.0f}% of their time moving "
-            "actions and results",
-        }[top]
-        lines.append(f"verdict: {verdict}")
-    lines.append(_straggler_line(workers))
-    return "\n".join(lines)
-
-
-def _worker_row(label: str, s: _WorkerStats, pct: Any) -> str:
-    per_call = _fmt_seconds(s.env / s.env_calls) if s.env_calls else ""
-    return (
-        f"{label:<10} {_fmt_seconds(s.total):>11} {_fmt_seconds(s.env):>11} "
-        f"{pct(s.env, s.total):>6} {_fmt_seconds(s.wait):>11} {pct(s.wait, s.total):>6} "
-        f"{_fmt_seconds(s.transfer):>11} {pct(s.transfer, s.total):>6} "
-        f"{_fmt_seconds(s.other):>11} {s.env_calls:>10} {per_call:>11}"
-    )
-
-
-def _straggler_line(workers: dict[int, _WorkerStats]) -> str:
-    if len(workers) < 2:
-        return "straggler: n/a (only one worker)"
-    env = {i: s.env for i, s in workers.items()}
-    median = statistics.median(env.values())
-    slowest = max(sorted(env), key=lambda i: env[i])
-    fastest = min(sorted(env), key=lambda i: env[i])
-    if median <= 0:
-        return "straggler: n/a (no env time recorded)"
-    excess = 100.0 * (env[slowest] - median) / median
-    s = workers[slowest]
-    calls = (
-        f" ({s.env_calls} calls, {_short_seconds(s.env / s.env_calls)} each)" if s.env_calls else ""
-    )
-    return (
-        f"straggler: worker_{slowest} spent {_short_seconds(env[slowest])} in env calls{calls}, "
-        f"{excess:.1f}% above the median {_short_seconds(median)}; "
-        f"fastest: worker_{fastest}, {_short_seconds(env[fastest])}"
-    )
