@@ -1,0 +1,123 @@
+"""``envmgr tune``'s printout: the table, the call to copy, and why it wins."""
+
+from __future__ import annotations
+
+import statistics
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from envmgr.tune.run import Measurement, TuneResult
+
+__all__ = ["format_result"]
+
+#: A runner-up this close to the winner (or within the winner's spread over the rounds)
+#: is called a tie.
+_TIE = 0.05
+#: A ratio above this says the ceiling was not one: the machine is shared.
+_ABOVE_CEILING = 1.05
+
+
+def _spread(values: list[float]) -> str:
+    return f"{min(values):.2f}-{max(values):.2f}" if len(values) > 1 else ""
+
+
+def _row(label: str, rate: float, ratio: str, spread: str, mark: str = " ") -> str:
+    return f"{mark} {label:<34} {rate:>13,.0f} {ratio:>9} {spread:>11}"
+
+
+def format_result(result: TuneResult) -> str:
+    """Renders a :class:`~envmgr.tune.run.TuneResult` as ``envmgr tune`` prints it."""
+    r = result
+    lines = [
+        f"envmgr tune {r.env_id}: {r.num_envs} envs on {r.cores} cores; {r.rounds} "
+        f"interleaved round(s) of {r.sample_seconds:.2f} s per layout, medians",
+        "",
+        f"  {'layout':<34} {'env-steps/s':>13} {'/ ceiling':>9} {'per round':>11}",
+        _row(
+            f"ceiling ({len_or(r)} processes, no hand-off)",
+            statistics.median(r.ceiling),
+            "1.00",
+            "",
+        ),
+    ]
+    if r.vector_ceiling is not None:
+        vc = statistics.median(r.vector_ceiling)
+        ratio = vc / statistics.median(r.ceiling)
+        lines.append(_row("ceiling, batched envs", vc, f"{ratio:.2f}", ""))
+    for m in r.measurements:
+        label = m.label + (" (default)" if m.layout.default else "")
+        mark = "*" if m is r.best else " "
+        lines.append(_row(label, m.rate, f"{m.ratio:.2f}", _spread(m.ratios), mark))
+    lines += [
+        "* fastest. / ceiling: the layout's rate over the ceiling's in the same round.",
+        "  ceiling: one process per core stepping its share of the envs, no communication.",
+    ]
+    if r.load is not None:
+        lines.append(f"  load average {r.load:.2f} on {r.cores} cores while measuring.")
+    if any(m.ratio > _ABOVE_CEILING for m in r.measurements):
+        lines.append(
+            "  Above 1.00: other processes share the cores, and the scheduler favours processes "
+            "that sleep and wake (envmgr's workers) over busy loops (the ceiling's). Rerun on a "
+            "quieter machine for figures that transfer."
+        )
+    if r.vector_ceiling is not None:
+        lines.append("  hosted layouts and the batched ceiling run the id's vector entry point.")
+    lines += ["", "Use:", f"    {r.call}"]
+    usage = r.best.layout.usage(
+        max(1, (r.num_envs - r.best.layout.caller_envs) // r.best.layout.n_workers)
+    )
+    if usage:
+        lines.append(f"    ({usage})")
+    lines += ["", "Why:"]
+    lines += [f"  - {line}" for line in _why(r)]
+    shown = [m for m in r.measurements if m.layout.default or m is r.best]
+    noted = [m for m in shown if m.findings]
+    if noted:
+        lines += ["", "From the timers (per batch, over the measured runs):"]
+        for m in noted:
+            for finding in m.findings:
+                lines.append(f"  - {m.label}: {finding}")
+    return "\n".join(lines)
+
+
+def len_or(result: TuneResult) -> int:
+    """The ceiling's process count: one per core, no more than there are envs."""
+    return max(1, min(result.num_envs, result.cores))
+
+
+def _why(r: TuneResult) -> list[str]:
+    best = r.best
+    default = next(m for m in r.measurements if m.layout.default)
+    if best is default:
+        head = (
+            f"the default layout is the fastest here: {best.rate:,.0f} env-steps/s, "
+            f"{best.ratio:.2f} of the ceiling"
+        )
+    else:
+        head = (
+            f"{best.label} ran {best.rate:,.0f} env-steps/s, {best.ratio:.2f} of the ceiling: "
+            f"{best.rate / default.rate:.2f}x the default layout ({default.label}, "
+            f"{default.rate:,.0f}, {default.ratio:.2f})"
+        )
+    out = [head, *r.why]
+    runner_up = _runner_up(r.measurements, best)
+    if runner_up is not None:
+        tie = max(_TIE, _relative_spread(best))
+        if runner_up.rate >= best.rate * (1.0 - tie):
+            out.append(
+                f"{runner_up.label} is within {100 * tie:.0f}% ({runner_up.rate:,.0f}): the "
+                "rounds cannot tell them apart; either will do"
+            )
+    return out
+
+
+def _runner_up(measurements: list[Measurement], best: Measurement) -> Measurement | None:
+    others = [m for m in measurements if m is not best]
+    return max(others, key=lambda m: m.rate) if others else None
+
+
+def _relative_spread(m: Measurement) -> float:
+    """Half the range of the per-round ratios, relative to their median."""
+    if len(m.ratios) < 2 or m.ratio <= 0:
+        return 0.0
+    return (max(m.ratios) - min(m.ratios)) / (2 * m.ratio)

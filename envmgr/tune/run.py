@@ -1,0 +1,279 @@
+"""``tune()``: measure every layout that applies here against the ceiling, and pick one.
+
+Every layout (:func:`~envmgr.tune.layouts.candidate_layouts`) and the ceiling (one process
+per core stepping its share with no communication; a second one of batched envs when hosted
+layouts are measured) is built once and kept alive. Then, in each of ``rounds`` rounds, each
+of them steps for the same short time, in an order that rotates from round to round, so a
+burst of load on a shared machine lands on all of them alike. A layout's figure is its median
+over the rounds; its ratio is the median of its rate over the ceiling's in the same round.
+
+The layouts are stepped in a timer stack of their own (the caller's timers are untouched),
+under one node per layout, so the merged tree of the measured runs says where each one's time
+went (:mod:`envmgr.tune.diagnose`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing as mp
+import os
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from gymnasium.envs.registration import EnvSpec
+
+from envmgr import timers
+from envmgr.managers.local import default_start_method
+from envmgr.managers.make import _resolve_spec, _SpecEnvFactory, _SpecVectorEnvFactory
+from envmgr.protocol.layout import Layout as Split
+from envmgr.tune.ceiling import Ceiling
+from envmgr.tune.diagnose import Reading, explain, findings, read_layout
+from envmgr.tune.layouts import Layout, LayoutRunner, candidate_layouts
+
+__all__ = ["Measurement", "TuneResult", "tune", "usable_cores"]
+
+#: Warm-up before the first round, as a share of one sample.
+_WARM_UP = 0.2
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+@dataclasses.dataclass
+class Measurement:
+    """One layout's samples, its ratios to the ceiling of the same round, and its timers.
+
+    Attributes:
+        layout: The layout measured.
+        label: Its name in the table.
+        call: The ``envmgr.make(...)`` line that builds it.
+        rates: Env-steps per second, one per round.
+        ratios: ``rates[r]`` over the ceiling's rate in round ``r``.
+        reading: What its timer tree says (the parent's wait, each worker's time).
+        findings: What stands out in that tree, one sentence each.
+    """
+
+    layout: Layout
+    label: str
+    call: str
+    rates: list[float]
+    ratios: list[float]
+    reading: Reading | None = None
+    findings: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def rate(self) -> float:
+        """Median env-steps per second over the rounds."""
+        return statistics.median(self.rates)
+
+    @property
+    def ratio(self) -> float:
+        """Median share of the ceiling over the rounds."""
+        return statistics.median(self.ratios)
+
+
+@dataclasses.dataclass
+class TuneResult:
+    """What :func:`tune` measured and what it recommends.
+
+    Attributes:
+        env_id: The env measured.
+        num_envs: Envs in every layout.
+        cores: Cores this process could use (one ceiling process each).
+        rounds: Interleaved rounds; every figure is a median over them.
+        sample_seconds: Stepping time of one layout in one round.
+        ceiling: The ceiling's env-steps per second, per round (single envs).
+        vector_ceiling: The same for the id's batched env, when hosted layouts were measured.
+        measurements: Every layout measured, in table order.
+        best: The fastest layout (highest median rate).
+        why: Why it wins, read from the timers: sentences with their numbers.
+        tree: The merged timer tree of the measured runs (one node per layout).
+        load: The 1-minute load average when the rounds ended (``None`` where unknown):
+            other processes competing for the cores move every figure.
+    """
+
+    env_id: str
+    num_envs: int
+    cores: int
+    rounds: int
+    sample_seconds: float
+    ceiling: list[float]
+    vector_ceiling: list[float] | None
+    measurements: list[Measurement]
+    best: Measurement
+    why: list[str]
+    tree: dict[str, Any]
+    load: float | None = None
+
+    @property
+    def call(self) -> str:
+        """The constructor call of the winning layout, to copy."""
+        return self.best.call
+
+    def format(self) -> str:
+        """The table, the call to copy and why it wins, as printed by ``envmgr tune``."""
+        from envmgr.tune.report import format_result
+
+        return format_result(self)
+
+    def __str__(self) -> str:
+        return self.format()
+
+
+def _rotate(items: list[Any], r: int) -> list[Any]:
+    k = r % len(items)
+    return items[k:] + items[:k]
+
+
+def tune(
+    env_id: str,
+    num_envs: int = 8,
+    seconds: float = 60.0,
+    *,
+    rounds: int = 3,
+    env_kwargs: Mapping[str, Any] | None = None,
+    log: Callable[[str], None] | None = None,
+) -> TuneResult:
+    """Measures the layouts that apply to ``env_id`` on this machine and picks the fastest.
+
+    Args:
+        env_id: A registered env id, as for :func:`envmgr.make`.
+        num_envs: Envs in every layout.
+        seconds: Stepping time in all, shared evenly by every layout and ceiling over the
+            rounds; start-up (processes, envs) comes on top.
+        rounds: Interleaved rounds (at least 1); figures are medians over them.
+        env_kwargs: Keyword arguments for every env, as ``envmgr.make`` passes them.
+        log: Called with a line of progress now and then (e.g. ``print``).
+
+    Returns:
+        The table's figures, the winner, its call and why it wins.
+
+    Raises:
+        gymnasium.error.Error: If ``env_id`` is not registered.
+        ValueError: If ``num_envs``, ``seconds`` or ``rounds`` is out of range.
+        TuneError: If a ceiling process fails; envmgr's own errors if a layout does.
+    """
+    if not isinstance(num_envs, int) or num_envs < 1:
+        raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
+    if not seconds > 0:
+        raise ValueError(f"seconds must be > 0, got {seconds!r}")
+    if not isinstance(rounds, int) or rounds < 1:
+        raise ValueError(f"rounds must be an int >= 1, got {rounds!r}")
+    spec = _resolve_spec(env_id)
+    cores = usable_cores()
+    hosted = spec.vector_entry_point is not None
+    layouts = candidate_layouts(num_envs, cores, hosted)
+    sample = seconds / (rounds * (len(layouts) + 1 + int(hosted)))
+    run = _Run(spec, num_envs, dict(env_kwargs or {}), log or (lambda line: None))
+    try:
+        run.start_ceilings(Split.split(num_envs, max(1, min(num_envs, cores))).sizes, hosted)
+        # A timer stack of our own: the caller's timers stay as they were, and the tree
+        # holds nothing but the measured layouts, one node each.
+        tree = timers.run_in_stack(timers.TimerStack(), run.measure, layouts, rounds, sample)
+    finally:
+        run.close_ceilings()
+    return run.result(cores, rounds, sample, tree)
+
+
+class _Run:
+    """The processes of one tuning run: the ceilings, the layouts, their rates per round."""
+
+    def __init__(
+        self,
+        spec: EnvSpec,
+        num_envs: int,
+        env_kwargs: dict[str, Any],
+        say: Callable[[str], None],
+    ) -> None:
+        self.spec, self.num_envs, self.env_kwargs, self.say = spec, num_envs, env_kwargs, say
+        self.ceilings: list[Ceiling] = []
+        self.runners: list[LayoutRunner] = []
+        self.rates: dict[object, list[float]] = {}
+
+    def start_ceilings(self, sizes: Sequence[int], hosted: bool) -> None:
+        """One ceiling of single envs, and one of batched envs if hosted layouts run."""
+        ctx = mp.get_context(default_start_method())
+        spec, kwargs = self.spec, self.env_kwargs
+        self.say(f"starting the ceiling: {len(sizes)} processes, {self.num_envs} x {spec.id}")
+        self.ceilings.append(Ceiling(ctx, _SpecEnvFactory(spec, kwargs, ()), sizes, False))
+        if hosted:
+            factory = _SpecVectorEnvFactory(spec, "vector_entry_point", kwargs, ())
+            self.ceilings.append(Ceiling(ctx, factory, sizes, True))
+
+    def close_ceilings(self) -> None:
+        for ceiling in self.ceilings:
+            ceiling.close()
+
+    def measure(self, layouts: list[Layout], rounds: int, sample: float) -> dict[str, Any]:
+        """Builds the layouts, steps everything in interleaved rounds of ``sample`` seconds
+        each, and returns the timer tree; the layouts are closed before returning (in the
+        timer stack this runs in, so nothing of theirs lands in the caller's)."""
+        try:
+            for layout in layouts:
+                label = layout.label(self.num_envs)
+                self.say(f"starting {label}")
+                # Start-up and the first reset under a node of their own: the layout's own
+                # node then holds its steps only.
+                with timers.hierarchical_timer(label), timers.hierarchical_timer("start"):
+                    self.runners.append(
+                        LayoutRunner(layout, self.spec, self.num_envs, self.env_kwargs)
+                    )
+            entries: list[object] = [*self.ceilings, *self.runners]
+            self.rates = {e: [] for e in entries}
+            # A warm-up (caches, allocators); it stays in the timers and in the runners'
+            # totals alike, so their per-batch figures agree.
+            for entry in entries:
+                self._one(entry, _WARM_UP * sample)
+            for r in range(rounds):
+                self.say(f"round {r + 1} of {rounds}: {len(entries)} x {sample:.2f} s")
+                for entry in _rotate(entries, r):
+                    self.rates[entry].append(self._one(entry, sample))
+            return timers.get_timer_tree()
+        finally:
+            for runner in self.runners:
+                runner.close()
+
+    def _one(self, entry: object, seconds: float) -> float:
+        if isinstance(entry, Ceiling):
+            return entry.run(seconds)
+        assert isinstance(entry, LayoutRunner)
+        with timers.hierarchical_timer(entry.layout.label(self.num_envs)):
+            return entry.run(seconds)
+
+    def result(self, cores: int, rounds: int, sample: float, tree: dict[str, Any]) -> TuneResult:
+        """The table's figures, the readings of the tree, the winner and why."""
+        ceiling = self.rates[self.ceilings[0]]
+        vector = self.rates[self.ceilings[1]] if len(self.ceilings) > 1 else None
+        nodes = tree.get("children") or {}
+        env_id, n = self.spec.id, self.num_envs
+        measurements = []
+        for runner in self.runners:
+            layout = runner.layout
+            label = layout.label(n)
+            reading = read_layout(nodes.get(label) or {}, runner.batches, runner.seconds)
+            rates = self.rates[runner]
+            measurements.append(
+                Measurement(
+                    layout,
+                    label,
+                    layout.call(env_id, n, self.env_kwargs),
+                    rates,
+                    [x / c for x, c in zip(rates, ceiling, strict=True)],
+                    reading,
+                    findings(layout, reading, cores, runner.info_keys),
+                )
+            )
+        best = max(measurements, key=lambda m: m.rate)
+        default = next(m for m in measurements if m.layout.default)
+        readings = {m.layout: m.reading for m in measurements if m.reading is not None}
+        why = explain(best.layout, default.layout, readings, n)
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+        return TuneResult(
+            env_id, n, cores, rounds, sample, ceiling, vector, measurements, best, why, tree, load
+        )
