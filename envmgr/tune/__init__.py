@@ -10,8 +10,8 @@ read from the merged timer tree of the measured runs.
 
 * :mod:`envmgr.tune.layouts` - the layouts, their ``make`` calls, stepping one for a while;
 * :mod:`envmgr.tune.ceiling` - the ceiling: one process per core, no communication;
-* :mod:`envmgr.tune.run` - the rounds and the result;
-* :mod:`envmgr.tune.diagnose` - reading the timer tree; :mod:`envmgr.tune.report` - printing.
+* :mod:`envmgr.tune.run` - the rounds; :mod:`envmgr.tune.result` - the result, printed;
+* :mod:`envmgr.tune.diagnose` - reading the timer tree.
 
 Example::
 
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from envmgr.tune.ceiling import TuneError
 from envmgr.tune.layouts import Layout
-from envmgr.tune.run import Measurement, TuneResult, tune
+from envmgr.tune.result import Measurement, TuneResult
+from envmgr.tune.run import tune
 
 __all__ = ["Layout", "Measurement", "TuneError", "TuneResult", "tune"]

@@ -1,14 +1,95 @@
-"""``envmgr tune``'s printout: the table, the call to copy, and why it wins."""
+"""What ``envmgr tune`` found: each layout's samples, the winner, and the printout."""
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
-from typing import TYPE_CHECKING
+from typing import Any
 
-if TYPE_CHECKING:
-    from envmgr.tune.run import Measurement, TuneResult
+from envmgr.tune.diagnose import Reading
+from envmgr.tune.layouts import Layout
 
-__all__ = ["format_result"]
+__all__ = ["Measurement", "TuneResult", "format_result"]
+
+
+@dataclasses.dataclass
+class Measurement:
+    """One layout's samples, its ratios to the ceiling of the same round, and its timers.
+
+    Attributes:
+        layout: The layout measured.
+        label: Its name in the table.
+        call: The ``envmgr.make(...)`` line that builds it.
+        rates: Env-steps per second, one per round.
+        ratios: ``rates[r]`` over the ceiling's rate in round ``r``.
+        reading: What its timer tree says (the parent's wait, each worker's time).
+        findings: What stands out in that tree, one sentence each.
+    """
+
+    layout: Layout
+    label: str
+    call: str
+    rates: list[float]
+    ratios: list[float]
+    reading: Reading | None = None
+    findings: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def rate(self) -> float:
+        """Median env-steps per second over the rounds."""
+        return statistics.median(self.rates)
+
+    @property
+    def ratio(self) -> float:
+        """Median share of the ceiling over the rounds."""
+        return statistics.median(self.ratios)
+
+
+@dataclasses.dataclass
+class TuneResult:
+    """What :func:`tune` measured and what it recommends.
+
+    Attributes:
+        env_id: The env measured.
+        num_envs: Envs in every layout.
+        cores: Cores this process could use (one ceiling process each).
+        rounds: Interleaved rounds; every figure is a median over them.
+        sample_seconds: Stepping time of one layout in one round.
+        ceiling: The ceiling's env-steps per second, per round (single envs).
+        vector_ceiling: The same for the id's batched env, when hosted layouts were measured.
+        measurements: Every layout measured, in table order.
+        best: The fastest layout (highest median rate).
+        why: Why it wins, read from the timers: sentences with their numbers.
+        tree: The merged timer tree of the measured runs (one node per layout).
+        load: The 1-minute load average when the rounds ended (``None`` where unknown):
+            other processes competing for the cores move every figure.
+    """
+
+    env_id: str
+    num_envs: int
+    cores: int
+    rounds: int
+    sample_seconds: float
+    ceiling: list[float]
+    vector_ceiling: list[float] | None
+    measurements: list[Measurement]
+    best: Measurement
+    why: list[str]
+    tree: dict[str, Any]
+    load: float | None = None
+
+    @property
+    def call(self) -> str:
+        """The constructor call of the winning layout, to copy."""
+        return self.best.call
+
+    def format(self) -> str:
+        """The table, the call to copy and why it wins, as printed by ``envmgr tune``."""
+        return format_result(self)
+
+    def __str__(self) -> str:
+        return self.format()
+
 
 #: A runner-up this close to the winner (or within the winner's spread over the rounds)
 #: is called a tie.
