@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
+import textwrap
 from typing import Any
 
 from envmgr.tune.diagnose import Reading
@@ -96,91 +97,89 @@ class TuneResult:
 _TIE = 0.05
 #: A ratio above this says the ceiling was not one: the machine is shared.
 _ABOVE_CEILING = 1.05
+_WIDTH = 100
 
 
 def _spread(values: list[float]) -> str:
     return f"{min(values):.2f}-{max(values):.2f}" if len(values) > 1 else ""
 
 
-def _row(label: str, rate: float, ratio: str, spread: str, mark: str = " ") -> str:
+def _row(label: str, rate: float, ratio: str, spread: str = "", mark: str = " ") -> str:
     return f"{mark} {label:<34} {rate:>13,.0f} {ratio:>9} {spread:>11}"
 
 
+def _bullet(text: str) -> list[str]:
+    return textwrap.wrap(text, _WIDTH, initial_indent="  - ", subsequent_indent="    ")
+
+
 def format_result(result: TuneResult) -> str:
-    """Renders a :class:`~envmgr.tune.run.TuneResult` as ``envmgr tune`` prints it."""
+    """Renders a :class:`TuneResult` as ``envmgr tune`` prints it."""
     r = result
+    processes = max(1, min(r.num_envs, r.cores))
     lines = [
         f"envmgr tune {r.env_id}: {r.num_envs} envs on {r.cores} cores; {r.rounds} "
         f"interleaved round(s) of {r.sample_seconds:.2f} s per layout, medians",
         "",
         f"  {'layout':<34} {'env-steps/s':>13} {'/ ceiling':>9} {'per round':>11}",
-        _row(
-            f"ceiling ({len_or(r)} processes, no hand-off)",
-            statistics.median(r.ceiling),
-            "1.00",
-            "",
-        ),
+        _row(f"ceiling ({processes} processes, no hand-off)", statistics.median(r.ceiling), "1.00"),
     ]
     if r.vector_ceiling is not None:
         vc = statistics.median(r.vector_ceiling)
-        ratio = vc / statistics.median(r.ceiling)
-        lines.append(_row("ceiling, batched envs", vc, f"{ratio:.2f}", ""))
+        lines.append(_row("ceiling, batched envs", vc, f"{vc / statistics.median(r.ceiling):.2f}"))
     for m in r.measurements:
         label = m.label + (" (default)" if m.layout.default else "")
         mark = "*" if m is r.best else " "
         lines.append(_row(label, m.rate, f"{m.ratio:.2f}", _spread(m.ratios), mark))
-    lines += [
-        "* fastest. / ceiling: the layout's rate over the ceiling's in the same round.",
-        "  ceiling: one process per core stepping its share of the envs, no communication.",
+    notes = [
+        "* fastest. / ceiling: the layout's rate over the ceiling's in the same round; "
+        "ceiling: one process per core stepping its share of the envs, no communication."
     ]
-    if r.load is not None:
-        lines.append(f"  load average {r.load:.2f} on {r.cores} cores while measuring.")
-    if any(m.ratio > _ABOVE_CEILING for m in r.measurements):
-        lines.append(
-            "  Above 1.00: other processes share the cores, and the scheduler favours processes "
-            "that sleep and wake (envmgr's workers) over busy loops (the ceiling's). Rerun on a "
-            "quieter machine for figures that transfer."
-        )
     if r.vector_ceiling is not None:
-        lines.append("  hosted layouts and the batched ceiling run the id's vector entry point.")
+        notes.append("Hosted layouts and the batched ceiling run the id's vector entry point.")
+    if r.load is not None:
+        notes.append(f"Load average {r.load:.2f} on {r.cores} cores while measuring.")
+    if any(m.ratio > _ABOVE_CEILING for m in r.measurements):
+        notes.append(
+            "Above 1.00: other processes share the cores, and the scheduler favours processes "
+            "that sleep and wake (envmgr's workers) over busy loops (the ceiling's); rerun on "
+            "a quieter machine for figures that transfer."
+        )
+    lines += textwrap.wrap(" ".join(notes), _WIDTH, initial_indent="", subsequent_indent="  ")
     lines += ["", "Use:", f"    {r.call}"]
-    usage = r.best.layout.usage(
-        max(1, (r.num_envs - r.best.layout.caller_envs) // r.best.layout.n_workers)
-    )
+    layout = r.best.layout
+    usage = layout.usage(max(1, (r.num_envs - layout.caller_envs) // layout.n_workers))
     if usage:
-        lines.append(f"    ({usage})")
+        lines += textwrap.wrap(
+            f"({usage})", _WIDTH, initial_indent="    ", subsequent_indent="     "
+        )
     lines += ["", "Why:"]
-    lines += [f"  - {line}" for line in _why(r)]
+    for line in _why(r):
+        lines += _bullet(line)
     shown = [m for m in r.measurements if m.layout.default or m is r.best]
-    noted = [m for m in shown if m.findings]
+    noted = [(m, finding) for m in shown for finding in m.findings]
     if noted:
-        lines += ["", "From the timers (per batch, over the measured runs):"]
-        for m in noted:
-            for finding in m.findings:
-                lines.append(f"  - {m.label}: {finding}")
+        lines.append("From the timers, per batch over the measured runs:")
+        for m, finding in noted:
+            lines += _bullet(f"{m.label}: {finding}")
     return "\n".join(lines)
-
-
-def len_or(result: TuneResult) -> int:
-    """The ceiling's process count: one per core, no more than there are envs."""
-    return max(1, min(result.num_envs, result.cores))
 
 
 def _why(r: TuneResult) -> list[str]:
     best = r.best
     default = next(m for m in r.measurements if m.layout.default)
+    out = []
     if best is default:
-        head = (
+        out.append(
             f"the default layout is the fastest here: {best.rate:,.0f} env-steps/s, "
             f"{best.ratio:.2f} of the ceiling"
         )
     else:
-        head = (
+        out.append(
             f"{best.label} ran {best.rate:,.0f} env-steps/s, {best.ratio:.2f} of the ceiling: "
             f"{best.rate / default.rate:.2f}x the default layout ({default.label}, "
             f"{default.rate:,.0f}, {default.ratio:.2f})"
         )
-    out = [head, *r.why]
+    out += r.why
     runner_up = _runner_up(r.measurements, best)
     if runner_up is not None:
         tie = max(_TIE, _relative_spread(best))
@@ -188,6 +187,10 @@ def _why(r: TuneResult) -> list[str]:
             out.append(
                 f"{runner_up.label} is within {100 * tie:.0f}% ({runner_up.rate:,.0f}): the "
                 "rounds cannot tell them apart; either will do"
+            )
+        else:
+            out.append(
+                f"the next best, {runner_up.label}, ran {runner_up.rate / best.rate:.2f}x as fast"
             )
     return out
 
