@@ -19,7 +19,7 @@ from envs import BigInfoEnv, DictActionEnv
 import envmgr
 from envmgr import SubprocessEnvManager, timers
 from envmgr.tune import Layout, tune
-from envmgr.tune.diagnose import findings, read_layout
+from envmgr.tune.diagnose import explain, findings, read_layout
 from envmgr.tune.layouts import LayoutRunner, candidate_layouts
 from envmgr.tune.run import usable_cores
 
@@ -101,6 +101,22 @@ def test_worker_imbalance_names_the_slow_worker() -> None:
     assert [g.name for g in reading.groups] == ["worker_0", "worker_1"]
     said = findings(Layout(2, default=True), reading, cores=2, info_keys=[])
     assert any(s.startswith("worker imbalance: worker_1 ") for s in said), said
+
+
+def test_why_a_caller_or_hosted_layout_wins_reads_both_trees() -> None:
+    default, caller = Layout(2, default=True), Layout(1, caller_envs=2, hosted=True)
+    with envmgr.make("CartPole-v1", 4, n_workers=2) as envs:
+        node, seconds = _timed_steps(envs, 50)
+    readings = {default: read_layout(node, 50, seconds)}
+    with envmgr.make("CartPole-v1", 4, **caller.make_kwargs()) as envs:
+        node, seconds = _timed_steps(envs, 50)
+    readings[caller] = read_layout(node, 50, seconds)
+    assert [g.name for g in readings[caller].groups] == ["worker_0", "worker_caller"]
+    why = explain(caller, default, readings, num_envs=4)
+    assert why[0].startswith("each worker steps its 2 envs in one batched call: "), why
+    assert any(line.startswith("the caller steps 2 envs itself ") for line in why), why
+    assert any("runs those envs in your process" in line for line in why), why
+    assert explain(default, default, readings, num_envs=4) == []
 
 
 def test_the_runner_records_the_info_keys_a_step_returns() -> None:

@@ -5,7 +5,7 @@ Each layout is stepped under a timer node of its own, so its workers' trees merg
 those nodes, per batch:
 
 * the parent's wait (``workers``) and its own work (the loop's wall time minus the wait);
-* each worker's env time (``env.*``), idle time (``wait_command``), and ``send_response``,
+* each worker's env time (``env.*``), time in its commands (busy), and ``send_response``,
   the answer it pickles and pipes when it has something to say (infos, an error).
 
 The findings are plain sentences with the numbers behind them: "infos pickled every step",
@@ -38,23 +38,21 @@ _IMBALANCE = 1.25
 
 @dataclasses.dataclass(frozen=True)
 class Group:
-    """One worker (or the caller's block) as its merged timer node tells it; seconds in all."""
+    """One worker (or the caller's block) as its merged timer node tells it; seconds in all.
+
+    ``busy`` is the time in its commands (``step``, ``reset``, ``send_response``, ...), not
+    ``wait_command`` and not the node's own time: a group's clock also runs while other
+    layouts are timed, so only the time inside its commands belongs to this layout."""
 
     name: str
     calls: int
-    total: float
     env: float
-    idle: float
+    busy: float
     send: float
 
     def per_call(self, seconds: float) -> float:
         """``seconds`` spread over the calls this group served."""
         return seconds / self.calls if self.calls else 0.0
-
-    @property
-    def busy(self) -> float:
-        """Seconds not spent waiting for a command."""
-        return max(0.0, self.total - self.idle)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,12 +102,10 @@ def read_layout(node: Mapping[str, Any], batches: int, seconds: float) -> Readin
             continue  # worker_root: the sum of the others
         stats = _WorkerStats()
         stats.add(child)
-        send = _children(child).get("send_response") or {}
-        groups.append(
-            Group(
-                name, _count(child), stats.total, stats.env, stats.wait, _total(send) if send else 0
-            )
-        )
+        kids = _children(child)
+        busy = sum(_total(c) for k, c in kids.items() if k != "wait_command")
+        send = _total(kids["send_response"]) if "send_response" in kids else 0.0
+        groups.append(Group(name, _count(child), stats.env, busy, send))
     per = 1.0 / batches if batches else 0.0
     return Reading(batches, wait * per, max(0.0, seconds - wait) * per, tuple(groups))
 
@@ -156,14 +152,15 @@ def findings(layout: Layout, reading: Reading, cores: int, info_keys: Sequence[s
             f"the parent's own work ({_short_seconds(reading.own)} per batch) and the hand-offs "
             "sit between their steps"
         )
-    envs = {g.name: g.env for g in reading.groups}
+    # Per call: first-ready workers serve different numbers of calls, a slow one fewer.
+    envs = {g.name: g.per_call(g.env) for g in reading.groups}
     if len(envs) >= 2:
         median = statistics.median(envs.values())
         slow = max(envs, key=lambda k: envs[k])
         if median > 0 and envs[slow] >= _IMBALANCE * median:
             out.append(
-                f"worker imbalance: {slow} spent {_short_seconds(envs[slow])} in env calls, "
-                f"{100 * (envs[slow] / median - 1):.0f}% above the median "
+                f"worker imbalance: {slow} spent {_short_seconds(envs[slow])} per batch in env "
+                f"calls, {100 * (envs[slow] / median - 1):.0f}% above the median "
                 f"{_short_seconds(median)}"
             )
     return out
@@ -185,35 +182,39 @@ def explain(
     if best == default:
         return []
     b, d = readings[best], readings[default]
-    if best.caller_envs and (caller := b.group("worker_caller")):
-        return [
-            f"the caller steps {best.caller_envs} envs itself on the core it would spend "
-            f"waiting: in the default layout the parent waited {_short_seconds(d.wait)} per "
-            f"batch; here it spent {_short_seconds(caller.per_call(caller.busy))} on its own "
-            f"envs and waited {_short_seconds(max(0.0, b.wait - caller.per_call(caller.busy)))} "
-            "for its worker",
-            "caller_envs runs those envs in your process: an env that crashes the interpreter "
-            "takes your loop with it, and a hung one cannot be timed out",
-        ]
+    out: list[str] = []
     if best.hosted:
         share = (num_envs - best.caller_envs) // max(1, best.n_workers)
-        return [
+        out += [
             f"each worker steps its {share} envs in one batched call: "
             f"{_short_seconds(_env_per_batch(b))} of env time per batch, against "
             f"{_short_seconds(_env_per_batch(d))} for single envs in the default layout",
             "hosted envs come from the id's vector entry point, a separate implementation "
             "of the env: check that it is the env you mean to train on",
         ]
+    caller = b.group("worker_caller")
+    if best.caller_envs and caller is not None:
+        own = caller.per_call(caller.busy)
+        out += [
+            f"the caller steps {best.caller_envs} envs itself on the core it would spend "
+            f"waiting: in the default layout the parent waited {_short_seconds(d.wait)} per "
+            f"batch; here it spent {_short_seconds(own)} on its own envs and waited "
+            f"{_short_seconds(max(0.0, b.wait - own))} for its worker",
+            "caller_envs runs those envs in your process: an env that crashes the interpreter "
+            "takes your loop with it, and a hung one cannot be timed out",
+        ]
     if best.first_ready:
-        return [
+        out.append(
             "each worker is sent its next actions as soon as it finishes, so no worker waits "
             f"for the others: in the default layout the busiest worker waited "
             f"{100 * d.idle_share:.0f}% of each batch for its next command, and the parent "
             f"{_short_seconds(d.wait)} per batch for the slowest"
-        ]
-    return [
-        f"{best.n_workers} workers of {num_envs // best.n_workers} envs: the parent waited "
-        f"{_short_seconds(b.wait)} per batch and did {_short_seconds(b.own)} of its own work, "
-        f"against {_short_seconds(d.wait)} and {_short_seconds(d.own)} with "
-        f"{default.n_workers} workers"
-    ]
+        )
+    if not out:
+        out.append(
+            f"{best.n_workers} workers of {num_envs // best.n_workers} envs: the parent waited "
+            f"{_short_seconds(b.wait)} per batch and did {_short_seconds(b.own)} of its own "
+            f"work, against {_short_seconds(d.wait)} and {_short_seconds(d.own)} with "
+            f"{default.n_workers} workers"
+        )
+    return out

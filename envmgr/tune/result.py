@@ -140,9 +140,9 @@ def format_result(result: TuneResult) -> str:
         notes.append(f"Load average {r.load:.2f} on {r.cores} cores while measuring.")
     if any(m.ratio > _ABOVE_CEILING for m in r.measurements):
         notes.append(
-            "Above 1.00: other processes share the cores, and the scheduler favours processes "
-            "that sleep and wake (envmgr's workers) over busy loops (the ceiling's); rerun on "
-            "a quieter machine for figures that transfer."
+            "Above 1.00: other processes took part of the cores, and the ceiling's busy loops "
+            "lost more to them than envmgr's workers, which sleep and wake; rerun on a quieter "
+            "machine for figures that transfer."
         )
     lines += textwrap.wrap(" ".join(notes), _WIDTH, initial_indent="", subsequent_indent="  ")
     lines += ["", "Use:", f"    {r.call}"]
