@@ -309,7 +309,7 @@ def _add_tune_parser(sub: Any) -> None:
     tune.add_argument(
         "--seconds",
         type=_positive_seconds,
-        default=60.0,
+        default=50.0,
         metavar="S",
         help="stepping time in all, shared by every layout; start-up comes on top "
         "(default: %(default)s)",

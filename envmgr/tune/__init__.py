@@ -16,7 +16,7 @@ read from the merged timer tree of the measured runs.
 Example::
 
     from envmgr.tune import tune
-    result = tune("CartPole-v1", num_envs=8, seconds=60)
+    result = tune("CartPole-v1", num_envs=8, seconds=50)
     print(result)        # the table, the call, why
     result.call          # 'envmgr.make("CartPole-v1", num_envs=8, ...)'
 """

@@ -147,7 +147,7 @@ def format_result(result: TuneResult) -> str:
     lines += textwrap.wrap(" ".join(notes), _WIDTH, initial_indent="", subsequent_indent="  ")
     lines += ["", "Use:", f"    {r.call}"]
     layout = r.best.layout
-    usage = layout.usage(max(1, (r.num_envs - layout.caller_envs) // layout.n_workers))
+    usage = layout.usage(-(-(r.num_envs - layout.caller_envs) // layout.n_workers))
     if usage:
         lines += textwrap.wrap(
             f"({usage})", _WIDTH, initial_indent="    ", subsequent_indent="     "

@@ -52,7 +52,7 @@ def _rotate(items: list[Any], r: int) -> list[Any]:
 def tune(
     env_id: str,
     num_envs: int = 8,
-    seconds: float = 60.0,
+    seconds: float = 50.0,
     *,
     rounds: int = 3,
     env_kwargs: Mapping[str, Any] | None = None,
