@@ -87,10 +87,10 @@ def test_infos_pickled_every_step_is_read_from_send_response() -> None:
         node, seconds = _timed_steps(envs, 100)
     layout = Layout(2, default=True)
     reading = read_layout(node, 100, seconds)
-    said = findings(layout, reading, cores=2, info_keys=["frame"])
+    said = findings(layout, reading, cores=2, pickled_keys=["frame"])
     assert any(s.startswith("infos pickled every step: ") and "frame" in s for s in said), said
-    # Without infos, the same answers say nothing about pickling.
-    assert not any("infos pickled" in s for s in findings(layout, reading, 2, info_keys=[]))
+    # Without pickled infos, the same answers say nothing about pickling.
+    assert not any("infos pickled" in s for s in findings(layout, reading, 2, pickled_keys=[]))
 
 
 def test_worker_imbalance_names_the_slow_worker() -> None:
@@ -99,7 +99,7 @@ def test_worker_imbalance_names_the_slow_worker() -> None:
         node, seconds = _timed_steps(envs, 30)
     reading = read_layout(node, 30, seconds)
     assert [g.name for g in reading.groups] == ["worker_0", "worker_1"]
-    said = findings(Layout(2, default=True), reading, cores=2, info_keys=[])
+    said = findings(Layout(2, default=True), reading, cores=2, pickled_keys=[])
     assert any(s.startswith("worker imbalance: worker_1 ") for s in said), said
 
 
@@ -123,17 +123,19 @@ def test_the_runner_records_the_info_keys_a_step_returns() -> None:
     spec = gym.spec("CartPole-v1")
     runner = LayoutRunner(Layout(1, default=True), spec, 2, {})
     try:
-        assert runner.info_keys == []
+        assert runner.info_keys == runner.pickled_keys == []
         assert runner.run(0.05) > 0 and runner.batches > 0
     finally:
         runner.close()
     info_spec = gym.envs.registration.EnvSpec("TuneBigInfo-v0", entry_point=BigInfoEnv)
-    runner = LayoutRunner(Layout(1, first_ready=True), info_spec, 2, {"size": 4})
-    try:
-        assert runner.info_keys == ["frame"]
-        assert runner.run(0.05) > 0 and runner.env_steps % 2 == 0
-    finally:
-        runner.close()
+    # Four float64s fit an info column; a thousand (8 kB) pickle.
+    for size, pickled in ((4, []), (1000, ["frame"])):
+        runner = LayoutRunner(Layout(1, first_ready=True), info_spec, 2, {"size": size})
+        try:
+            assert runner.info_keys == ["frame"] and runner.pickled_keys == pickled, size
+            assert runner.run(0.05) > 0 and runner.env_steps % 2 == 0
+        finally:
+            runner.close()
 
 
 @pytest.mark.parametrize(

@@ -117,17 +117,20 @@ def _group_key(name: str) -> tuple[int, str]:
     return 1 << 30, name  # worker_caller after the workers
 
 
-def findings(layout: Layout, reading: Reading, cores: int, info_keys: Sequence[str]) -> list[str]:
+def findings(
+    layout: Layout, reading: Reading, cores: int, pickled_keys: Sequence[str]
+) -> list[str]:
     """What stands out in one layout's timers, one sentence each, with its numbers.
 
-    ``info_keys`` are the keys of the infos a step returned: without them, a long
-    ``send_response`` is the wake-up of the parent, not pickling."""
+    ``pickled_keys`` are the info keys a step returned that no info column holds (strings,
+    dicts, large arrays): without them, a long ``send_response`` is the wake-up of the
+    parent, not pickling."""
     out: list[str] = []
     workers = reading.workers
     lock_step = not layout.first_ready
     # first-ready workers ring the parent on every answer, so their send_response is the
     # wake-up, not pickling: only lock-step answers say something about the infos.
-    if lock_step and workers and info_keys:
+    if lock_step and workers and pickled_keys:
         w = max(workers, key=lambda g: g.per_call(g.send))
         send, busy = w.per_call(w.send), w.per_call(w.busy)
         if send >= _SEND_FLOOR and busy and send >= _SEND_SHARE * busy:
@@ -135,7 +138,7 @@ def findings(layout: Layout, reading: Reading, cores: int, info_keys: Sequence[s
                 f"infos pickled every step: {w.name}'s send_response took {_short_seconds(send)} "
                 f"per batch, {100 * send / busy:.0f}% of its busy time ({_short_seconds(busy)}; "
                 f"env calls {_short_seconds(w.per_call(w.env))}): infos "
-                f"{', '.join(info_keys[:4])}{', ...' if len(info_keys) > 4 else ''}"
+                f"{', '.join(pickled_keys[:4])}{', ...' if len(pickled_keys) > 4 else ''}"
             )
     if lock_step and workers and not layout.caller_envs and layout.n_workers + 1 > cores:
         busiest = max(g.per_call(g.busy) for g in workers)

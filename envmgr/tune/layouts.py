@@ -16,10 +16,12 @@ from collections.abc import Mapping
 from time import perf_counter
 from typing import Any
 
+import numpy as np
 from gymnasium.envs.registration import EnvSpec
 
 from envmgr.managers.local import SubprocessEnvManager
 from envmgr.managers.make import make
+from envmgr.protocol.info_columns import HEADER_BYTES, ROW_BYTES
 from envmgr.protocol.trees import take_rows
 
 __all__ = ["Layout", "LayoutRunner", "candidate_layouts"]
@@ -96,6 +98,14 @@ def _literal(value: Any) -> str:
     return repr(value)
 
 
+def _fits_a_column(batch: Any) -> bool:
+    """Whether a merged info value could have come through info columns: numbers of one
+    dtype whose per-env value fits a row (strings and dicts merge into object arrays)."""
+    if not isinstance(batch, np.ndarray) or batch.dtype.kind not in "biufc" or not len(batch):
+        return False
+    return bool(batch[0].nbytes + 1 <= ROW_BYTES - HEADER_BYTES)
+
+
 def candidate_layouts(num_envs: int, cores: int, has_vector_entry_point: bool) -> list[Layout]:
     """The layouts worth measuring for ``num_envs`` envs on ``cores`` cores.
 
@@ -147,13 +157,16 @@ class LayoutRunner:
             space.seed(seed)
             self.actions = [space.sample() for _ in range(N_ACTION_BATCHES)]
             self.envs.reset(seed=seed)
-            # One step to learn what infos this env returns: the timers can then tell an
-            # answer that pickles them from one that only wakes the parent.
+            # One step to learn what infos this env returns and which of them pickle: the
+            # timers can then tell an answer that carries them from one that only wakes
+            # the parent.
             *_, infos = self.envs.step(self.actions[0])
         except BaseException:
             self.envs.close()
             raise
+        #: The keys of a step's infos, and those that travel pickled (no info column).
         self.info_keys = sorted(k for k in infos if not k.startswith("_"))
+        self.pickled_keys = [k for k in self.info_keys if not _fits_a_column(infos[k])]
         self.largest = max(self.envs.worker_sizes)
         self.cursor = 1
         #: Totals over every :meth:`run`: env steps, batches (``step`` calls or ``recv``

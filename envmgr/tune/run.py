@@ -184,7 +184,7 @@ class _Run:
                     rates,
                     [x / c for x, c in zip(rates, ceiling, strict=True)],
                     reading,
-                    findings(layout, reading, cores, runner.info_keys),
+                    findings(layout, reading, cores, runner.pickled_keys),
                 )
             )
         best = max(measurements, key=lambda m: m.rate)
