@@ -166,10 +166,16 @@ def test_calls_are_python_with_double_quotes() -> None:
 
 @pytest.mark.parametrize(
     ("kwargs", "fragment"),
-    [({"num_envs": 0}, "num_envs"), ({"seconds": 0.0}, "seconds"), ({"rounds": 0}, "rounds")],
+    [
+        ({"num_envs": 0}, "num_envs"),
+        ({"seconds": 0.0}, "seconds"),
+        ({"seconds": math.inf}, "seconds"),
+        ({"rounds": 0}, "rounds"),
+        ({"env_kwargs": {"copy": False}}, "vector_kwargs"),
+    ],
 )
 def test_bad_arguments_are_refused_before_anything_starts(kwargs: dict, fragment: str) -> None:
-    with pytest.raises(ValueError, match=fragment):
+    with pytest.raises((ValueError, TypeError), match=fragment):
         tune("CartPole-v1", **kwargs)
 
 

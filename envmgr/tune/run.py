@@ -14,6 +14,7 @@ went (:mod:`envmgr.tune.diagnose`).
 
 from __future__ import annotations
 
+import math
 import multiprocessing as mp
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -23,7 +24,12 @@ from gymnasium.envs.registration import EnvSpec
 
 from envmgr import timers
 from envmgr.managers.local import default_start_method
-from envmgr.managers.make import _resolve_spec, _SpecEnvFactory, _SpecVectorEnvFactory
+from envmgr.managers.make import (
+    _check_env_kwargs,
+    _resolve_spec,
+    _SpecEnvFactory,
+    _SpecVectorEnvFactory,
+)
 from envmgr.protocol.layout import Layout as Split
 from envmgr.tune.ceiling import Ceiling
 from envmgr.tune.diagnose import explain, findings, read_layout
@@ -75,20 +81,23 @@ def tune(
     Raises:
         gymnasium.error.Error: If ``env_id`` is not registered.
         ValueError: If ``num_envs``, ``seconds`` or ``rounds`` is out of range.
+        TypeError: If ``env_kwargs`` holds a manager option (as ``envmgr.make`` refuses it).
         TuneError: If a ceiling process fails; envmgr's own errors if a layout does.
     """
     if not isinstance(num_envs, int) or num_envs < 1:
         raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
-    if not seconds > 0:
-        raise ValueError(f"seconds must be > 0, got {seconds!r}")
+    if not (isinstance(seconds, (int, float)) and math.isfinite(seconds) and seconds > 0):
+        raise ValueError(f"seconds must be a finite number > 0, got {seconds!r}")
     if not isinstance(rounds, int) or rounds < 1:
         raise ValueError(f"rounds must be an int >= 1, got {rounds!r}")
     spec = _resolve_spec(env_id)
+    kwargs = dict(env_kwargs or {})
+    _check_env_kwargs(spec, kwargs)  # a manager option among them fails here, not in a process
     cores = usable_cores()
     hosted = spec.vector_entry_point is not None
     layouts = candidate_layouts(num_envs, cores, hosted)
     sample = seconds / (rounds * (len(layouts) + 1 + int(hosted)))
-    run = _Run(spec, num_envs, dict(env_kwargs or {}), log or (lambda line: None))
+    run = _Run(spec, num_envs, kwargs, log or (lambda line: None))
     try:
         run.start_ceilings(Split.split(num_envs, max(1, min(num_envs, cores))).sizes, hosted)
         # A timer stack of our own: the caller's timers stay as they were, and the tree
