@@ -264,6 +264,7 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _tune(args: argparse.Namespace) -> int:
+    """Measure the layouts for ``args.env_id`` and print the table, the call and why."""
     import gymnasium as gym
 
     from envmgr.errors import EnvMgrError

@@ -119,6 +119,26 @@ def test_why_a_caller_or_hosted_layout_wins_reads_both_trees() -> None:
     assert explain(default, default, readings, num_envs=4) == []
 
 
+def _broken_vector_env(num_envs: int, **kwargs: object) -> gym.vector.VectorEnv:
+    raise ModuleNotFoundError("No module named 'not_installed_here'")
+
+
+def test_a_vector_entry_point_that_cannot_be_built_leaves_the_hosted_layouts_out() -> None:
+    spec = gym.envs.registration.EnvSpec(
+        "TuneBrokenVector-v0",
+        entry_point="gymnasium.envs.classic_control.cartpole:CartPoleEnv",
+        vector_entry_point=_broken_vector_env,
+        max_episode_steps=500,
+    )
+    result = tune(spec, num_envs=2, seconds=1.0, rounds=1)
+    assert result.vector_ceiling is None
+    assert [m.layout for m in result.measurements] == candidate_layouts(2, usable_cores(), False)
+    assert len(result.skipped) == 1 and "not_installed_here" in result.skipped[0]
+    assert "Not measured: hosted layouts (ceiling process 0 failed" in " ".join(
+        result.format().split()
+    )
+
+
 def test_the_runner_records_the_info_keys_a_step_returns() -> None:
     spec = gym.spec("CartPole-v1")
     runner = LayoutRunner(Layout(1, default=True), spec, 2, {})

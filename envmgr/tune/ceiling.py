@@ -21,7 +21,7 @@ from typing import Any
 import cloudpickle
 
 from envmgr.backends.local.process import _main_module_hidden
-from envmgr.errors import EnvMgrError
+from envmgr.errors import EnvMgrError, RemoteTraceback
 
 __all__ = ["Ceiling", "TuneError"]
 
@@ -187,7 +187,11 @@ class Ceiling:
                     f"(exit code {self.procs[p].exitcode})"
                 ) from None
             if status != "ok":
-                raise TuneError(f"ceiling process {p} failed to {doing}:\n{value}")
+                # The message ends with the exception line; the whole traceback is the cause.
+                last = value.strip().splitlines()[-1]
+                raise TuneError(f"ceiling process {p} failed to {doing}: {last}") from (
+                    RemoteTraceback(value)
+                )
             out.append(value)
         return out
 

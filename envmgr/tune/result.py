@@ -64,6 +64,7 @@ class TuneResult:
         tree: The merged timer tree of the measured runs (one node per layout).
         load: The 1-minute load average when the rounds ended (``None`` where unknown):
             other processes competing for the cores move every figure.
+        skipped: Layouts that apply but could not be measured here, with the reason.
     """
 
     env_id: str
@@ -78,6 +79,7 @@ class TuneResult:
     why: list[str]
     tree: dict[str, Any]
     load: float | None = None
+    skipped: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def call(self) -> str:
@@ -136,6 +138,7 @@ def format_result(result: TuneResult) -> str:
     ]
     if r.vector_ceiling is not None:
         notes.append("Hosted layouts and the batched ceiling run the id's vector entry point.")
+    notes += [f"Not measured: {what}." for what in r.skipped]
     if r.load is not None:
         notes.append(f"Load average {r.load:.2f} on {r.cores} cores while measuring.")
     if any(m.ratio > _ABOVE_CEILING for m in r.measurements):

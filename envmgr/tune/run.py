@@ -31,7 +31,7 @@ from envmgr.managers.make import (
     _SpecVectorEnvFactory,
 )
 from envmgr.protocol.layout import Layout as Split
-from envmgr.tune.ceiling import Ceiling
+from envmgr.tune.ceiling import Ceiling, TuneError
 from envmgr.tune.diagnose import explain, findings, read_layout
 from envmgr.tune.layouts import Layout, LayoutRunner, candidate_layouts
 from envmgr.tune.result import Measurement, TuneResult
@@ -56,7 +56,7 @@ def _rotate(items: list[Any], r: int) -> list[Any]:
 
 
 def tune(
-    env_id: str,
+    env_id: str | EnvSpec,
     num_envs: int = 8,
     seconds: float = 50.0,
     *,
@@ -67,7 +67,7 @@ def tune(
     """Measures the layouts that apply to ``env_id`` on this machine and picks the fastest.
 
     Args:
-        env_id: A registered env id, as for :func:`envmgr.make`.
+        env_id: A registered env id (or its ``EnvSpec``), as for :func:`envmgr.make`.
         num_envs: Envs in every layout.
         seconds: Stepping time in all, shared evenly by every layout and ceiling over the
             rounds; start-up (processes, envs) comes on top.
@@ -94,12 +94,12 @@ def tune(
     kwargs = dict(env_kwargs or {})
     _check_env_kwargs(spec, kwargs)  # a manager option among them fails here, not in a process
     cores = usable_cores()
-    hosted = spec.vector_entry_point is not None
-    layouts = candidate_layouts(num_envs, cores, hosted)
-    sample = seconds / (rounds * (len(layouts) + 1 + int(hosted)))
     run = _Run(spec, num_envs, kwargs, log or (lambda line: None))
     try:
-        run.start_ceilings(Split.split(num_envs, max(1, min(num_envs, cores))).sizes, hosted)
+        sizes = Split.split(num_envs, max(1, min(num_envs, cores))).sizes
+        hosted = run.start_ceilings(sizes, spec.vector_entry_point is not None)
+        layouts = candidate_layouts(num_envs, cores, hosted)
+        sample = seconds / (rounds * (len(layouts) + len(run.ceilings)))
         # A timer stack of our own: the caller's timers stay as they were, and the tree
         # holds nothing but the measured layouts, one node each.
         tree = timers.run_in_stack(timers.TimerStack(), run.measure, layouts, rounds, sample)
@@ -122,16 +122,26 @@ class _Run:
         self.ceilings: list[Ceiling] = []
         self.runners: list[LayoutRunner] = []
         self.rates: dict[object, list[float]] = {}
+        self.skipped: list[str] = []
 
-    def start_ceilings(self, sizes: Sequence[int], hosted: bool) -> None:
-        """One ceiling of single envs, and one of batched envs if hosted layouts run."""
+    def start_ceilings(self, sizes: Sequence[int], vector: bool) -> bool:
+        """One ceiling of single envs, and one of batched envs if the id has a vector entry
+        point. Returns whether that one runs: if its envs cannot be built here (say, a
+        library it needs is missing), the hosted layouts are left out, with the reason."""
         ctx = mp.get_context(default_start_method())
         spec, kwargs = self.spec, self.env_kwargs
         self.say(f"starting the ceiling: {len(sizes)} processes, {self.num_envs} x {spec.id}")
         self.ceilings.append(Ceiling(ctx, _SpecEnvFactory(spec, kwargs, ()), sizes, False))
-        if hosted:
-            factory = _SpecVectorEnvFactory(spec, "vector_entry_point", kwargs, ())
+        if not vector:
+            return False
+        factory = _SpecVectorEnvFactory(spec, "vector_entry_point", kwargs, ())
+        try:
             self.ceilings.append(Ceiling(ctx, factory, sizes, True))
+        except TuneError as exc:
+            self.skipped.append(f"hosted layouts ({exc})")
+            self.say(f"not measuring {self.skipped[-1]}")
+            return False
+        return True
 
     def close_ceilings(self) -> None:
         for ceiling in self.ceilings:
@@ -202,5 +212,17 @@ class _Run:
         why = explain(best.layout, default.layout, readings, n)
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
         return TuneResult(
-            env_id, n, cores, rounds, sample, ceiling, vector, measurements, best, why, tree, load
+            env_id,
+            n,
+            cores,
+            rounds,
+            sample,
+            ceiling,
+            vector,
+            measurements,
+            best,
+            why,
+            tree,
+            load,
+            self.skipped,
         )
