@@ -25,6 +25,7 @@ RANKS = {
     "envmgr.managers": 5,
     "envmgr.integrations": 6,
     "envmgr.cli": 6,
+    "envmgr.tune": 6,
     "envmgr.__main__": 6,
     "envmgr": 6,  # the package's __init__: the public surface
 }
