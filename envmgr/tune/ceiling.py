@@ -20,7 +20,7 @@ from typing import Any
 
 import cloudpickle
 
-from envmgr.backends.local.process import _main_module_hidden
+from envmgr.backends.local.pool import _main_module_hidden
 from envmgr.errors import EnvMgrError, RemoteTraceback
 
 __all__ = ["Ceiling", "TuneError"]

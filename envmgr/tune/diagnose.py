@@ -20,7 +20,8 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from envmgr.timers.format import _children, _count, _short_seconds, _total, _WorkerStats
+from envmgr.timers.reading import _children, _count, _short_seconds, _total
+from envmgr.timers.worker_view import _WorkerStats
 from envmgr.tune.layouts import Layout
 
 __all__ = ["Reading", "explain", "findings", "read_layout"]
