@@ -23,7 +23,7 @@ def _check(proc: subprocess.CompletedProcess[str], out: Path) -> None:
     assert "episodes" in proc.stdout and "env steps" in proc.stdout and "SPS" in proc.stdout
     assert "not solved within the budget" in proc.stdout  # 1500 steps are far too few
     assert "|| worker_root" in proc.stdout  # format_tree
-    assert "straggler: worker_" in proc.stdout  # worker_summary
+    assert "straggler: " in proc.stdout  # worker_summary (a straggler only past the noise)
     tree = load_tree(out)
     training = tree["children"]["training"]["children"]
     assert {"policy", "env_step", "bookkeeping"} <= set(training)
