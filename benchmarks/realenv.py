@@ -122,7 +122,9 @@ def run_child(spec: dict[str, Any]) -> dict[str, Any]:
         limit = CHILD_OVERHEAD_TIMEOUT + spec["warmup"] + spec["seconds"]
         t0 = time.perf_counter()
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=limit)
+            # cwd: MuJoCo writes MUJOCO_LOG.TXT into the working directory on every
+            # warning (Gymnasium's XML models draw a deprecation one); it goes with tmp.
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=limit, cwd=tmp)
         except subprocess.TimeoutExpired:
             return {"error": f"no result within {limit:.0f} s"}
         wall = time.perf_counter() - t0
