@@ -1,9 +1,11 @@
 #!/usr/bin/env python
-"""PPO.learn on CartPole-v1 through SB3's DummyVecEnv, SubprocVecEnv and envmgr's EnvmgrVecEnv.
+"""PPO.learn through SB3's DummyVecEnv, SubprocVecEnv and envmgr's EnvmgrVecEnv, in one run.
 
-Usage (from the repository root; needs ``pip install "envmgr[sb3]"``)::
+Usage (from the repository root; needs ``pip install "envmgr[sb3]"``, and ``mujoco`` for
+HalfCheetah)::
 
-    python benchmarks/sb3_ppo.py [--rounds 3] [--n-envs 8] [--steps 16384]
+    python benchmarks/sb3_ppo.py [--env CartPole-v1|HalfCheetah-v5] [--rounds 3] [--n-envs 8]
+                                 [--steps 16384]
                                  [--configs dummy,subproc,envmgr,envmgr-1x8,...]
                                  [--torch-threads N] [--out PATH.json]
 
@@ -32,6 +34,7 @@ Configurations (``--configs``, comma-separated):
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -50,15 +53,16 @@ from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
 from envmgr.integrations.sb3 import EnvmgrVecEnv
 
 DEFAULT_CONFIGS = "dummy,subproc,envmgr,envmgr-1x8-nocheck"
+#: ``--env`` choices: CartPole steps in microseconds and returns no infos; HalfCheetah's
+#: MuJoCo step is tens of microseconds and returns four numeric infos every step.
+ENV_IDS = ["CartPole-v1", "HalfCheetah-v5"]
 
 
-def make_cartpole() -> gym.Env[Any, Any]:
-    return gym.make("CartPole-v1")
-
-
-def builder(config: str, n_envs: int) -> Callable[[], VecEnv]:
-    """A zero-argument constructor of the vector env named ``config``."""
-    fns = [make_cartpole] * n_envs
+def builder(config: str, n_envs: int, env_id: str = "CartPole-v1") -> Callable[[], VecEnv]:
+    """A zero-argument constructor of the vector env named ``config``, stepping ``env_id``."""
+    # A partial of gym.make pickles by reference: SubprocVecEnv's forkserver workers and
+    # envmgr's workers rebuild it from its name.
+    fns: list[Callable[[], gym.Env[Any, Any]]] = [functools.partial(gym.make, env_id)] * n_envs
     if config == "dummy":
         return lambda: DummyVecEnv(fns)
     if config == "subproc":
@@ -113,9 +117,9 @@ class PhaseClock(BaseCallback):  # type: ignore[misc]
         return True
 
 
-def run_once(config: str, n_envs: int, steps: int) -> dict[str, float]:
+def run_once(config: str, n_envs: int, steps: int, env_id: str) -> dict[str, float]:
     t0 = perf_counter()
-    env = builder(config, n_envs)()
+    env = builder(config, n_envs, env_id)()
     try:
         model = PPO("MlpPolicy", env, seed=0, device="cpu")
         t1 = perf_counter()
@@ -129,6 +133,7 @@ def run_once(config: str, n_envs: int, steps: int) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--env", default="CartPole-v1", choices=ENV_IDS)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--n-envs", type=int, default=8)
     parser.add_argument("--steps", type=int, default=16384)
@@ -142,10 +147,10 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.torch_threads)
     configs = [c.strip() for c in args.configs.split(",") if c.strip()]
     for c in configs:
-        builder(c, args.n_envs)  # fail on a bad name before anything runs
+        builder(c, args.n_envs, args.env)  # fail on a bad name before anything runs
 
     print(
-        f"PPO('MlpPolicy', CartPole-v1, seed=0).learn({args.steps}), {args.n_envs} envs, "
+        f"PPO('MlpPolicy', {args.env}, seed=0).learn({args.steps}), {args.n_envs} envs, "
         f"{args.rounds} rounds; {os.cpu_count()} cores, torch {torch.__version__} "
         f"({torch.get_num_threads()} threads), Python {platform.python_version()}",
         flush=True,
@@ -154,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in range(args.rounds):
         order = configs[r % len(configs) :] + configs[: r % len(configs)]
         for c in order:
-            result = run_once(c, args.n_envs, args.steps)
+            result = run_once(c, args.n_envs, args.steps, args.env)
             runs[c].append(result)
             print(
                 f"  round {r + 1} {c:<28} learn {result['learn']:6.2f} s "

@@ -212,3 +212,29 @@ def test_replot_redraws_the_png_beside_a_report(tmp_path: Path) -> None:
     proc = report_tables("--replot", str(report), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "throughput.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_realenv_quick_measures_every_implementation(tmp_path: Path) -> None:
+    """Every implementation of the real-env benchmark builds, steps and is reported; the
+    optional peers exactly when their package imports."""
+    pytest.importorskip("mujoco")
+    import importlib.util
+
+    proc = run("realenv.py", "--quick", "--out", str(tmp_path), cwd=tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["quick.json", "quick.png", "quick.txt"]
+    report = json.loads((tmp_path / "quick.json").read_text())
+    (config,) = report["configs"]
+    assert (config["env"], config["n_envs"]) == ("halfcheetah", 4)
+    optional = {"subproc": "stable_baselines3", "puffer-1": "pufferlib", "puffer-2": "pufferlib"}
+    optional["envpool"] = "envpool"
+    expected = {"serial", "ceiling", "lockstep", "envmgr", "envmgr-firstready", "envmgr-caller"}
+    expected |= {"async"} | {i for i, m in optional.items() if importlib.util.find_spec(m)}
+    assert set(config["samples"]) == expected, config["errors"]
+    for impl in expected - {"ceiling"}:
+        assert config["ratios"][f"{impl}/ceiling"]["per_round"][0] > 0
+    assert set(config["median_parent_cpu_us_per_batch"]) == {
+        "envmgr",
+        "envmgr-firstready",
+        "envmgr-caller",
+    }
+    assert "| halfcheetah, n=4 |" in proc.stdout

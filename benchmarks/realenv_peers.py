@@ -1,0 +1,193 @@
+"""The real envs of ``realenv.py`` and the peers ``peers.py`` does not build.
+
+Importing this module adds the real envs to ``envs.FACTORIES`` (where ``ceiling.py``,
+``peers.py`` and ``timing.py`` look envs up by name) and makes it travel by value to
+worker processes, as ``envs.make_picklable`` does for the synthetic envs.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+import cloudpickle  # noqa: E402
+import envs as bench_envs  # noqa: E402
+import gymnasium as gym  # noqa: E402
+import numpy as np  # noqa: E402
+import peers  # noqa: E402
+
+ALL_ENVS = ["pong", "halfcheetah", "humanoid"]
+#: Table order. ``peers.build`` builds the first six; this module the rest.
+ALL_IMPLS = [
+    "serial",
+    "ceiling",
+    "lockstep",
+    "envmgr",
+    "envmgr-firstready",
+    "envmgr-caller",
+    "async",
+    "subproc",
+    "puffer-2",
+    "puffer-1",
+    "envpool",
+]
+ENVMGR_LAYOUTS = ["envmgr", "envmgr-firstready", "envmgr-caller"]
+LABELS = {
+    "serial": "serial",
+    "ceiling": "ceiling",
+    "lockstep": "lock-step",
+    "envmgr": "envmgr step",
+    "envmgr-firstready": "first-ready",
+    "envmgr-caller": "caller_envs",
+    "async": "AsyncVectorEnv",
+    "subproc": "SB3 SubprocVecEnv",
+    "puffer-2": "PufferLib MP 2w",
+    "puffer-1": "PufferLib MP 1w",
+    "envpool": "EnvPool (own C++ port)",
+}
+#: EnvPool's own C++ ports of each env (not the same code as the Python envs).
+ENVPOOL_IDS = {"pong": "Pong-v5", "halfcheetah": "HalfCheetah-v4", "humanoid": "Humanoid-v4"}
+
+
+def make_pong() -> gym.Env[Any, Any]:
+    """Pong as issue 21 measures it: 4-frame skip in the wrapper, 84x84 grey, 4 stacked."""
+    import ale_py
+
+    gym.register_envs(ale_py)
+    env = gym.make("ALE/Pong-v5", frameskip=1)
+    env = gym.wrappers.AtariPreprocessing(
+        env, frame_skip=4, screen_size=84, grayscale_obs=True, noop_max=30
+    )
+    return gym.wrappers.FrameStackObservation(env, 4)
+
+
+def make_halfcheetah() -> gym.Env[Any, Any]:
+    return gym.make("HalfCheetah-v5")
+
+
+def make_humanoid() -> gym.Env[Any, Any]:
+    return gym.make("Humanoid-v5")
+
+
+REAL_FACTORIES: dict[str, Callable[[], gym.Env[Any, Any]]] = {
+    "pong": make_pong,
+    "halfcheetah": make_halfcheetah,
+    "humanoid": make_humanoid,
+}
+# Added at import, these also reach the ceiling's spawn children: spawn re-runs the
+# parent's __main__ (realenv.py, which imports this) in each child before it looks them up.
+bench_envs.FACTORIES.update(REAL_FACTORIES)
+# By value: forkserver and spawn workers need not find this file on their sys.path.
+
+try:
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+except ValueError:
+    pass  # already registered
+
+
+class Sb3Subproc:
+    """SB3's ``SubprocVecEnv``: one process per env, started with ``fork``.
+
+    Its default, ``forkserver``, makes each of the ``n`` processes import torch again (SB3's
+    worker function lives in a module that imports it): 4 s per process on a loaded 2-core
+    machine, set-up time that says nothing about stepping. Forked, they start as Gymnasium's
+    AsyncVectorEnv does here.
+    """
+
+    def __init__(self, factory: Callable[[], gym.Env[Any, Any]], n: int) -> None:
+        from stable_baselines3.common.vec_env import SubprocVecEnv
+
+        self.vec = SubprocVecEnv([factory] * n, start_method="fork")
+
+    def reset(self, *, seed: int | None = None) -> Any:
+        self.vec.seed(seed)  # SB3 takes the seed here, for the next reset
+        return self.vec.reset()
+
+    def step(self, actions: np.ndarray) -> Any:
+        return self.vec.step(actions)
+
+    def close(self) -> None:
+        self.vec.close()
+
+
+class PufferMultiprocessing:
+    """PufferLib 3's ``Multiprocessing`` backend, ``workers`` processes, whole batches."""
+
+    def __init__(self, factory: Callable[[], gym.Env[Any, Any]], n: int, workers: int) -> None:
+        import pufferlib.emulation
+        import pufferlib.vector
+
+        def creator(*args: Any, **kwargs: Any) -> Any:
+            return pufferlib.emulation.GymnasiumPufferEnv(env_creator=factory, **kwargs)
+
+        # overwork=True: PufferLib refuses more workers than physical cores, and a 2-vCPU
+        # VM may report one.
+        self.vec = pufferlib.vector.make(
+            creator,
+            backend=pufferlib.vector.Multiprocessing,
+            num_envs=n,
+            num_workers=workers,
+            batch_size=n,
+            overwork=True,
+        )
+
+    def reset(self, *, seed: int | None = None) -> Any:
+        return self.vec.reset(seed=0 if seed is None else seed)
+
+    def step(self, actions: np.ndarray) -> Any:
+        return self.vec.step(actions)
+
+    def close(self) -> None:
+        self.vec.close()
+
+
+class EnvpoolPort:
+    """EnvPool's own C++ port of ``env`` (``ENVPOOL_IDS``), ``threads`` threads, seeded once."""
+
+    def __init__(self, env: str, n: int, threads: int, seed: int = 0) -> None:
+        import warnings
+
+        import envpool
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # its gym/gymnasium compatibility notices
+            self.vec = envpool.make(
+                ENVPOOL_IDS[env], env_type="gymnasium", num_envs=n, num_threads=threads, seed=seed
+            )
+
+    def reset(self, *, seed: int | None = None) -> Any:
+        return self.vec.reset()
+
+    def step(self, actions: np.ndarray) -> Any:
+        return self.vec.step(actions)
+
+    def close(self) -> None:
+        self.vec.close()
+
+
+def build(impl: str, env: str, n: int, workers: int, actions: np.ndarray) -> Any:
+    """Implementation ``impl`` stepping ``n`` copies of ``env``."""
+    factory = REAL_FACTORIES[env]
+    if impl == "subproc":
+        return Sb3Subproc(factory, n)
+    if impl.startswith("puffer-"):
+        return PufferMultiprocessing(factory, n, int(impl.split("-")[1]))
+    if impl == "envpool":
+        return EnvpoolPort(env, n, workers)
+    return peers.build(impl, env, n, workers, actions)
+
+
+def skip_reason(impl: str, n: int, workers: int) -> str | None:
+    """``None`` if ``impl`` runs with ``n`` envs; else why it is skipped."""
+    if impl.startswith("puffer-") and n % int(impl.split("-")[1]):
+        return f"n_envs={n} is not a multiple of PufferLib's workers"
+    # peers' rules (n a multiple of the workers, enough envs for the ceiling) for its own
+    # implementations; envpool is checked by building it, as is every other peer.
+    mapped = impl if impl in peers.ALL_IMPLS and impl != "envpool" else "serial"
+    return peers.skip_reason(mapped, "", n, workers, True)
