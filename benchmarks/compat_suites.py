@@ -21,6 +21,11 @@ imported and replaces
 * ``stable_baselines3.common.vec_env.SubprocVecEnv`` with
   ``envmgr.integrations.sb3.EnvmgrVecEnv`` (same constructor).
 
+Gymnasium's render and call tests need pygame (``gymnasium[classic-control]``); without it
+they fail in AsyncVectorEnv too. SB3's ``test_render`` skips without ``DISPLAY``, and with
+one it needs an OpenCV built with a GUI (headless OpenCV fails it under ``DummyVecEnv``
+as well). A ``pip install --target DIR pygame`` and ``DIR`` on ``PYTHONPATH`` is enough.
+
 It prints each suite's counts, then every failure with its reason and, for the failures
 issue 23 lists as deliberate differences, which one (``EXPECTED``).
 """
@@ -28,6 +33,7 @@ issue 23 lists as deliberate differences, which one (``EXPECTED``).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import re
 import subprocess
@@ -121,7 +127,7 @@ def run_suite(name: str, checkout: Path, tests: list[str]) -> list[str]:
     )
     cmd = [
         sys.executable, "-m", "pytest", "-p", "compat_suites", "-p", "no:cacheprovider",
-        "-q", "-rfE", "--tb=line", f"--timeout={TIMEOUT_S}", *tests,
+        "-q", "-rfEs", "--tb=line", f"--timeout={TIMEOUT_S}", *tests,
     ]  # fmt: skip
     env["COLUMNS"] = "400"  # pytest cuts the short summary's reasons to the terminal's width
     proc = subprocess.run(cmd, cwd=checkout, env=env, capture_output=True, text=True)
@@ -130,6 +136,7 @@ def run_suite(name: str, checkout: Path, tests: list[str]) -> list[str]:
     lines = [f"## {name} ({checkout.name})", f"$ cd {checkout} && python {' '.join(cmd[1:])}"]
     lines.append(f"result: {summary.strip('= ') or 'no summary: ' + proc.stderr[-500:]}")
     lines += [ln for ln in out if ln.startswith("envmgr managers built:")]
+    lines += [f"  {ln}" for ln in out if ln.startswith("SKIPPED")]
     for ln in out:
         match = re.match(r"(FAILED|ERROR) (\S+)(?: - (.*))?", ln)
         if not match:
@@ -154,6 +161,10 @@ def main(argv: list[str] | None = None) -> int:
     import gymnasium
 
     lines = [f"python {sys.version.split()[0]}, gymnasium {gymnasium.__version__}"]
+    if importlib.util.find_spec("pygame") is not None:
+        lines[0] += ", pygame importable"
+    else:
+        lines[0] += ", no pygame (Gymnasium's render/call tests fail for that alone)"
     if args.sb3 is not None:
         import stable_baselines3
 
