@@ -1,0 +1,121 @@
+"""The real-env tables (Pong, HalfCheetah, Humanoid) of README.md and docs/performance.md,
+read from benchmarks/realenv.py's JSON (benchmarks/results/realenv/realenv.json).
+
+Registered with ``doc_tables.table``; see that module for the markers and the check.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench_report import fmt_rate
+from doc_tables import RESULTS, load_json, markdown, rel, table
+
+REALENV = RESULTS / "realenv" / "realenv.json"
+
+ENV_LABELS = {"pong": "Pong", "halfcheetah": "HalfCheetah-v5", "humanoid": "Humanoid-v5"}
+#: Columns as fractions of the ceiling, in table order.
+COLUMNS = [
+    ("lockstep", "lock-step bound"),
+    ("envmgr", "envmgr `step`"),
+    ("envmgr-firstready", "first-ready"),
+    ("envmgr-caller", "`caller_envs`"),
+    ("async", "AsyncVectorEnv"),
+    ("subproc", "SB3 SubprocVecEnv"),
+    ("puffer-2", "PufferLib 2 w"),
+    ("puffer-1", "PufferLib 1 w"),
+    ("envpool", "EnvPool (own C++ port)"),
+]
+
+
+def _spread(config: dict[str, Any], key: str) -> str:
+    """``median (min-max)`` of a ratio over the rounds, or a dash."""
+    got = config["ratios"].get(key)
+    if not got:
+        return "–"
+    rounds = got["per_round"]
+    text = f"{got['median']:.2f}"
+    if len(rounds) > 1:
+        text += f" ({min(rounds):.2f}-{max(rounds):.2f})"
+    return text
+
+
+def _configs(report: dict[str, Any]) -> list[dict[str, Any]]:
+    order = list(ENV_LABELS)
+    return sorted(report["configs"], key=lambda c: (order.index(c["env"]), c["n_envs"]))
+
+
+def _caption(report: dict[str, Any]) -> str:
+    args = report.get("args", {})
+    rounds = args.get("rounds", "?")
+    seconds = args.get("seconds", "?")
+    commit = report.get("machine", {}).get("git_commit", "?")
+    return (
+        f"*From `{rel(REALENV)}` (`{report['command']}`, envmgr @ {commit}, "
+        f"{str(report.get('started', ''))[:10]}); {rounds} interleaved rounds x {seconds} s, "
+        "every measurement in a fresh interpreter; each cell is the median ratio to the same "
+        "round's ceiling, (min-max) over the rounds.*\n\n"
+    )
+
+
+@table("realenv")
+def realenv() -> str:
+    """Real envs against the ceiling: envmgr's layouts and the peers."""
+    report = load_json(REALENV)
+    rows = []
+    for c in _configs(report):
+        med = c["median_steps_per_second"]
+        rows.append(
+            [
+                f"{ENV_LABELS[c['env']]}, n={c['n_envs']}",
+                fmt_rate(med.get("serial")),
+                fmt_rate(med.get("ceiling")),
+                *(_spread(c, f"{impl}/ceiling") for impl, _ in COLUMNS),
+            ]
+        )
+    head = ["env", "serial steps/s", "ceiling steps/s", *(label for _, label in COLUMNS)]
+    return _caption(report) + markdown(head, rows, "l" + "r" * (len(head) - 1))
+
+
+@table("realenv-peers")
+def realenv_peers() -> str:
+    """envmgr's best layout against each peer, and the parent's CPU per batch."""
+    report = load_json(REALENV)
+    layouts = ("envmgr", "envmgr-firstready", "envmgr-caller")
+    rows = []
+    for c in _configs(report):
+        med = c["median_steps_per_second"]
+        best = max((med[k], k) for k in layouts if k in med)[1]
+
+        def over(peer: str, med: dict[str, float] = med, best: str = best) -> str:
+            return f"{med[best] / med[peer]:.2f}x" if med.get(peer) else "–"
+
+        cpu = c.get("median_parent_cpu_us_per_batch", {})
+        rows.append(
+            [
+                f"{ENV_LABELS[c['env']]}, n={c['n_envs']}",
+                f"`{best}`",
+                over("serial"),
+                over("async"),
+                over("subproc"),
+                over("puffer-2") if med.get("puffer-2", 0) >= med.get("puffer-1", 0) else over(
+                    "puffer-1"
+                ),
+                over("envpool"),
+                " / ".join(f"{cpu[k]:,.0f}" if k in cpu else "–" for k in layouts),
+            ]
+        )
+    head = [
+        "env",
+        "envmgr's best layout",
+        "/ serial",
+        "/ AsyncVectorEnv",
+        "/ SB3 SubprocVecEnv",
+        "/ PufferLib (its best)",
+        "/ EnvPool (own C++ port)",
+        "parent CPU µs per batch (`step` / first-ready / `caller_envs`)",
+    ]
+    return (
+        f"*From `{rel(REALENV)}`: median env-steps/s of envmgr's fastest layout over each "
+        "peer's.*\n\n" + markdown(head, rows, "ll" + "r" * (len(head) - 2))
+    )
