@@ -98,9 +98,9 @@ def realenv_peers() -> str:
                 over("serial"),
                 over("async"),
                 over("subproc"),
-                over("puffer-2") if med.get("puffer-2", 0) >= med.get("puffer-1", 0) else over(
-                    "puffer-1"
-                ),
+                over("puffer-2")
+                if med.get("puffer-2", 0) >= med.get("puffer-1", 0)
+                else over("puffer-1"),
                 over("envpool"),
                 " / ".join(f"{cpu[k]:,.0f}" if k in cpu else "–" for k in layouts),
             ]

@@ -209,7 +209,7 @@ def test_help_describes_each_timers_action() -> None:
 @pytest.mark.parametrize(
     ("args", "prog", "message"),
     [
-        ([], "envmgr", "choose one of: demo, timers, bench"),
+        ([], "envmgr", "choose one of: demo, timers, bench, tune"),
         (["frobnicate"], "envmgr", "invalid choice: 'frobnicate'"),
         (["timers"], "envmgr timers", "choose one of: show, fold, plot, workers"),
         (["timers", "show"], "envmgr timers show", "the following arguments are required: FILE"),
@@ -333,15 +333,19 @@ def test_demo_vector_hosts_one_batched_env_per_worker(tmp_path: Path) -> None:
 SHADOWED = """
 import importlib.util, os, sys
 here, cli_file = sys.argv[1], sys.argv[2]
-package_root = os.path.dirname(os.path.dirname(cli_file))
+package_root = os.path.dirname(os.path.dirname(os.path.dirname(cli_file)))
 # What a shell in a folder holding a clone named envmgr/ gets when nothing else supplies the
 # package: the folder comes first on sys.path, and no installed copy is reachable.
 sys.path[:] = [here] + [p for p in sys.path if p and os.path.abspath(p) != package_root]
 sys.meta_path[:] = [
     f for f in sys.meta_path if "Editable" not in getattr(f, "__name__", type(f).__name__)
 ]
-spec = importlib.util.spec_from_file_location("cli_under_test", cli_file)
+# The CLI package alone (it imports its own modules relatively, the rest lazily).
+spec = importlib.util.spec_from_file_location(
+    "cli_under_test", cli_file, submodule_search_locations=[os.path.dirname(cli_file)]
+)
 cli = importlib.util.module_from_spec(spec)
+sys.modules["cli_under_test"] = cli
 spec.loader.exec_module(cli)
 import envmgr
 assert envmgr.__file__ is None, envmgr
@@ -355,7 +359,7 @@ def test_a_folder_named_envmgr_that_shadows_the_package_is_named_in_one_line(
     clone = tmp_path / "envmgr"
     (clone / "envmgr").mkdir(parents=True)  # a clone: the package one level down
     (clone / "README.md").write_text("# envmgr\n")
-    cli_file = Path(__file__).resolve().parent.parent / "envmgr" / "cli.py"
+    cli_file = Path(__file__).resolve().parent.parent / "envmgr" / "cli" / "__init__.py"
     proc = subprocess.run(
         [sys.executable, "-c", SHADOWED, str(tmp_path), str(cli_file)],
         cwd=tmp_path,

@@ -281,6 +281,27 @@ def test_steps_match_subproc_vec_env_exactly() -> None:
             assert_same(list(ours.reset_infos), list(theirs.reset_infos))
 
 
+def half_cheetah() -> gym.Env[Any, Any]:
+    return gym.make("HalfCheetah-v5", max_episode_steps=10)
+
+
+def test_mujoco_infos_match_dummy_vec_env_and_travel_in_shared_memory() -> None:
+    """HalfCheetah's numpy-scalar infos come back exactly (types included) and, from the
+    second step on, the workers write nothing but wake-up bytes: no info is pickled."""
+    pytest.importorskip("mujoco")
+    from test_promises import traffic
+
+    with pair([half_cheetah] * 4, n_workers=2, start_method="fork", timer_interval=1e9) as (
+        ours,
+        dummy,
+    ):
+        assert_steps_alike(ours, dummy, steps=25)
+        ours.manager.reset(seed=1)
+        _, written = traffic(ours.manager, random_actions(ours, 9, seed=3))
+        # 9 steps within an episode (10 steps long): at most a wake-up byte per worker.
+        assert written <= 2 * 9, f"workers wrote {written} bytes in 9 steps"
+
+
 @pytest.mark.parametrize(
     "obs", ["box", "image", "discrete", "multidiscrete", "multibinary", "dict", "tuple"]
 )

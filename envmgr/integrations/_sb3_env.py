@@ -7,10 +7,14 @@ reference into the workers, which must not pay for importing PyTorch.
 Each env is wrapped in :class:`SB3Shim`, outermost, whose only job is to carry
 SB3's per-env info dicts through the manager untouched. The manager merges infos
 into Gymnasium's vector dict (one array per key), which would turn ``1.0`` into
-``np.float64(1.0)`` and nested dicts into dicts of arrays; a dict wrapped in an
-:class:`Opaque` holder is stored in an object array as is, so the parent gets
-back exactly what the env returned. Everything else (episode ends, the reset in
-the same step, ``final_obs``) is the manager's own ``SameStep`` autoreset.
+``np.float64(1.0)`` and nested dicts into dicts of arrays. So the shim splits each
+info: a number (what an info column holds: MuJoCo's every key) travels under a key
+that names its exact type (:func:`numeric_key`), so every value of that key is of
+one type and comes back as such (:func:`decode`); the rest travels as one dict in an
+:class:`Opaque` holder, stored in an object array as is. The parent gets back
+exactly what the env returned, and a MuJoCo step pickles nothing. Everything else
+(episode ends, the reset in the same step, ``final_obs``) is the manager's own
+``SameStep`` autoreset.
 
 The functions at the bottom run against the user's env (the shim's inner env),
 as ``SubprocVecEnv``'s worker does, for ``get_attr``, ``env_method`` and friends.
@@ -22,12 +26,16 @@ from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 
-__all__ = ["INFO_KEY", "Opaque", "SB3Shim", "ShimFactory"]
+__all__ = ["INFO_KEY", "NUMERIC_PREFIX", "Opaque", "SB3Shim", "ShimFactory", "decode", "pack"]
 
 #: Key of the packed info (step or reset) in the manager's vector infos, and of the
 #: per-env reset options in the options the manager passes to every env.
 INFO_KEY = "envmgr_sb3"
+#: Keys of numeric values: ``NUMERIC_PREFIX + "<type>:" + the env's key``.
+NUMERIC_PREFIX = INFO_KEY + ":"
+_INT64 = range(-(2**63), 2**63)
 
 
 class Opaque:
@@ -40,6 +48,57 @@ class Opaque:
 
     def __reduce__(self) -> tuple[type[Opaque], tuple[Any]]:
         return Opaque, (self.value,)
+
+
+def numeric_key(key: Any, value: Any) -> str | None:
+    """The key ``value`` travels under as a number of its exact type, or ``None``."""
+    if not isinstance(key, str):
+        return None
+    kind = type(value)
+    if kind is float or kind is bool or (kind is int and value in _INT64):
+        return f"{NUMERIC_PREFIX}py-{kind.__name__}:{key}"
+    if isinstance(value, np.number):
+        return f"{NUMERIC_PREFIX}np-{value.dtype.str}:{key}"
+    if kind is np.ndarray and value.dtype.kind in "biufc":
+        return f"{NUMERIC_PREFIX}arr-{value.dtype.str}{value.shape}:{key}"
+    return None
+
+
+def pack(info: dict[str, Any]) -> dict[str, Any]:
+    """An env's info as the shim hands it on: numbers by type, the rest opaque."""
+    out: dict[str, Any] = {}
+    rest: dict[str, Any] = {}
+    for key, value in info.items():
+        name = numeric_key(key, value)
+        if name is None:
+            rest[key] = value
+        else:
+            out[name] = value
+    if rest:
+        out[INFO_KEY] = Opaque(rest)
+    return out
+
+
+def decode(vinfos: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    """Each env's info dict, as its env returned it, from the manager's vector infos;
+    only envs that have one."""
+    out: dict[int, dict[str, Any]] = {}
+    packed = vinfos.get(INFO_KEY)
+    if packed is not None:
+        for i in np.flatnonzero(vinfos[f"_{INFO_KEY}"]).tolist():
+            out[i] = packed[i].value
+    for name, values in vinfos.items():
+        if not name.startswith(NUMERIC_PREFIX):
+            continue
+        kind, key = name[len(NUMERIC_PREFIX) :].split(":", 1)
+        for i in np.flatnonzero(vinfos[f"_{name}"]).tolist():
+            value = values[i]
+            if kind.startswith("py-"):
+                value = value.item()  # every value of this key was a Python scalar
+            elif kind.startswith("arr-"):
+                value = value.copy()
+            out.setdefault(i, {})[key] = value
+    return out
 
 
 class SB3Shim(gym.Wrapper):  # type: ignore[type-arg]
@@ -57,7 +116,7 @@ class SB3Shim(gym.Wrapper):  # type: ignore[type-arg]
     def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, info = self.env.step(action)
         # An empty info stays empty, so a plain CartPole step still pickles nothing.
-        return obs, reward, terminated, truncated, ({INFO_KEY: Opaque(info)} if info else {})
+        return obs, reward, terminated, truncated, (pack(info) if info else {})
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -67,7 +126,7 @@ class SB3Shim(gym.Wrapper):  # type: ignore[type-arg]
         # As SubprocVecEnv's worker: options are passed only when there are some.
         extra = {"options": options} if options else {}
         obs, info = self.env.reset(seed=seed, **extra)
-        return obs, ({INFO_KEY: Opaque(info)} if info else {})
+        return obs, (pack(info) if info else {})
 
 
 class ShimFactory:

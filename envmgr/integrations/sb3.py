@@ -148,9 +148,9 @@ class EnvmgrVecEnv(VecEnv):
             options = {INFO_KEY: tuple(self._options)}  # each shim takes its own
         obs, infos = self.manager.reset(seed=list(self._seeds), options=options)
         reset_infos: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
+        for i, info in remote.decode(infos).items():
+            reset_infos[i] = info
         self.reset_infos = reset_infos
-        for i in _rows(infos, INFO_KEY):
-            self.reset_infos[i] = infos[INFO_KEY][i].value
         # Seeds and options are used once, as in SB3.
         self._reset_seeds()
         self._reset_options()
@@ -183,24 +183,22 @@ class EnvmgrVecEnv(VecEnv):
         out: list[dict[str, Any]] = [{"TimeLimit.truncated": False} for _ in range(self.num_envs)]
         if not infos:  # nothing said and nobody done: the common step
             return out
-        packed = infos.get(INFO_KEY)
-        if packed is not None:
-            for i in _rows(infos, INFO_KEY, ~dones):
-                info = packed[i].value  # the step's own info
+        own = remote.decode(infos)
+        for i, info in own.items():
+            if not dones[i]:  # the step's own info
                 info["TimeLimit.truncated"] = False
                 out[i] = info
-        final_info = infos.get("final_info", {})
-        with_final = set(_rows(final_info, INFO_KEY))
-        with_reset_info = set(_rows(infos, INFO_KEY))
-        with_final_obs = set(_rows(infos, "final_obs"))
-        for i in np.flatnonzero(dones).tolist():
-            # The top-level info is the reset's; the step's is under final_info.
-            info = final_info[INFO_KEY][i].value if i in with_final else {}
-            info["TimeLimit.truncated"] = bool(truncated[i] and not terminated[i])
-            if i in with_final_obs:
-                info["terminal_observation"] = infos["final_obs"][i]
-            out[i] = info
-            self.reset_infos[i] = infos[INFO_KEY][i].value if i in with_reset_info else {}
+        if dones.any():
+            final = remote.decode(infos.get("final_info", {}))
+            with_final_obs = set(_rows(infos, "final_obs"))
+            for i in np.flatnonzero(dones).tolist():
+                # The top-level info is the reset's; the step's is under final_info.
+                info = final.get(i, {})
+                info["TimeLimit.truncated"] = bool(truncated[i] and not terminated[i])
+                if i in with_final_obs:
+                    info["terminal_observation"] = infos["final_obs"][i]
+                out[i] = info
+                self.reset_infos[i] = own.get(i, {})
         for i in _rows(infos, RESTARTED_INFO_KEY):
             # The worker was replaced: the episode is cut short (truncated, no
             # terminal observation); say why.

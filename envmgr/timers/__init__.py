@@ -1,6 +1,7 @@
 """Hierarchical timers: the tree every process keeps, and what reads it.
 
-* :mod:`envmgr.timers.tree` - the timer tree, ``hierarchical_timer``, gauges and the
+* :mod:`envmgr.timers.nodes` - a tree's nodes (timers and gauges), picklable, as JSON.
+* :mod:`envmgr.timers.tree` - the timer stacks, ``hierarchical_timer``, gauges and the
   ML-Agents-compatible JSON (re-exported here: ``from envmgr import timers``,
   ``timers.hierarchical_timer("x")``).
 * :mod:`envmgr.timers.merge` - folding worker trees into the parent's as parallel nodes.
@@ -10,10 +11,8 @@
 
 from __future__ import annotations
 
+from envmgr.timers.nodes import TIMER_FORMAT_VERSION, GaugeNode, TimerNode
 from envmgr.timers.tree import (
-    TIMER_FORMAT_VERSION,
-    GaugeNode,
-    TimerNode,
     TimerStack,
     add_metadata,
     get_default_stack,
