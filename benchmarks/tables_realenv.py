@@ -119,3 +119,12 @@ def realenv_peers() -> str:
         f"*From `{rel(REALENV)}`: median env-steps/s of envmgr's fastest layout over each "
         "peer's.*\n\n" + markdown(head, rows, "ll" + "r" * (len(head) - 2))
     )
+
+
+TUNE_TEXT = RESULTS / "tune_halfcheetah.txt"
+
+
+@table("tune-output")
+def tune_output() -> str:
+    """One saved run of ``envmgr tune``, as it printed."""
+    return "```text\n" + TUNE_TEXT.read_text(encoding="utf-8").rstrip() + "\n```"
