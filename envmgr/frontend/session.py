@@ -112,7 +112,10 @@ class Session:
 
     def usable(self, name: str) -> Backend:
         """The backend, unless the manager is closed or broken (then say so for call ``name``)."""
-        self.state.check_usable(self.owner, name)
+        state = self.state
+        # check_usable refuses exactly these; looked at here, send/recv make one call less.
+        if state.phase is Phase.CLOSED or state.cause is not None:
+            state.check_usable(self.owner, name)
         return self.backend
 
     def idle(self, name: str) -> Backend:
@@ -133,7 +136,7 @@ class Session:
 
     def fly(self, seqs: Mapping[int, int]) -> None:
         """The groups of ``seqs`` (group -> seq) started a step or reset ``recv()`` collects."""
-        self.state = State.flying({**self.state.in_flight, **seqs})
+        self.state = self.state.joined(seqs)
 
     def land(self, groups: Sequence[int]) -> None:
         """``groups`` answered their ``send()`` (or reset): no longer in flight."""

@@ -88,7 +88,7 @@ class PendingCall:
         return self.label or self.kind.value
 
 
-_NOTHING: Mapping[int, int] = MappingProxyType({})
+_NOTHING: MappingProxyType[int, int] = MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +105,7 @@ class State:
 
     phase: Phase
     call: PendingCall | None = None
-    in_flight: Mapping[int, int] = field(default_factory=lambda: _NOTHING)
+    in_flight: MappingProxyType[int, int] = field(default_factory=lambda: _NOTHING)
     cause: BaseException | None = None
 
     @staticmethod
@@ -116,7 +116,7 @@ class State:
     @staticmethod
     def flying(seqs: Mapping[int, int]) -> State:
         """The state with the groups of ``seqs`` stepping; :data:`IDLE` if none is."""
-        return State(Phase.IN_FLIGHT, in_flight=MappingProxyType(dict(seqs))) if seqs else IDLE
+        return _flying(dict(seqs))
 
     @staticmethod
     def broken(cause: BaseException) -> State:
@@ -179,8 +179,22 @@ class State:
         """This state with ``groups`` no longer in flight (other states are kept)."""
         if self.phase is not Phase.IN_FLIGHT:
             return self
-        gone = set(groups)
-        return State.flying({g: s for g, s in self.in_flight.items() if g not in gone})
+        left = self.in_flight.copy()  # a dict: the proxy copies what it wraps
+        for g in groups:
+            left.pop(g, None)
+        return _flying(left)
+
+    def joined(self, seqs: Mapping[int, int]) -> State:
+        """This state's groups in flight and those of ``seqs`` (group -> seq) too."""
+        both = self.in_flight.copy()
+        both.update(seqs)
+        return _flying(both)
+
+
+def _flying(seqs: dict[int, int]) -> State:
+    """:meth:`State.flying` of a dict nobody else holds: wrapped, not copied again (send
+    and recv make a transition each, on the hot path)."""
+    return State(Phase.IN_FLIGHT, in_flight=MappingProxyType(seqs)) if seqs else IDLE
 
 
 #: The state between calls; compared by identity on the hot path.

@@ -64,18 +64,22 @@ class Collector:
         which starts from what this wait found.
         """
         bell = self.bell
+        first_done = bell.first_done
         need = min(need, len(seqs))
-        done = bell.first_done(seqs, need)
+        done = first_done(seqs, need)
         if len(done) < need:
-            woke = bell.sleep_until(
-                lambda: len(bell.first_done(seqs, need)) >= need,
-                WAIT_ANY,
-                spin_seconds=self.spin_seconds,
-            )
+
+            def enough() -> bool:
+                # Keeps what it found: the wait's last look is the answer, not looked
+                # up again (each look scans every group in flight).
+                nonlocal done
+                done = first_done(seqs, need)
+                return len(done) >= need
+
+            woke = bell.sleep_until(enough, WAIT_ANY, spin_seconds=self.spin_seconds, looked=True)
             if woke is not READY:
                 self._woken = woke
                 return None
-            done = bell.first_done(seqs, need)
         return None if bell.said_more(done) else done
 
     def forget_woken(self) -> None:

@@ -238,6 +238,7 @@ class ParentDoorbell:
         *,
         spin_seconds: float = 0.0,
         deadline: float | None = None,
+        looked: bool = False,
     ) -> Until | list[int]:
         """:func:`~envmgr.backends.local.wait.wait_until` with the parent's sleep.
 
@@ -247,12 +248,15 @@ class ParentDoorbell:
                 (every finishing worker does).
             spin_seconds: How long to spin first.
             deadline: A :func:`time.monotonic` time, or ``None``.
+            looked: The caller has just seen ``ready()`` false (as ``wait_until``'s).
 
         Returns:
             ``READY``, ``DEADLINE``, or the poll events other than the
             wake-up pipe: the sentinels of workers that exited.
         """
-        return wait_until(ready, self._sleepers[mode], spin_seconds=spin_seconds, deadline=deadline)
+        return wait_until(
+            ready, self._sleepers[mode], spin_seconds=spin_seconds, deadline=deadline, looked=looked
+        )
 
     def wait_all(
         self, seq: int, spin_seconds: float = 0.0, deadline: float | None = None
@@ -268,6 +272,7 @@ class ParentDoorbell:
                 self._sleepers[WAIT_ALL],
                 spin_seconds=spin_seconds,
                 deadline=deadline,
+                looked=True,  # just read above
             )
             if got is not READY:
                 return got

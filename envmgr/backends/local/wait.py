@@ -2,7 +2,7 @@
 
 Every wait of the local backend, the parent's and the worker's, has the same shape::
 
-    ready()?                         -> READY (the fast path: no spin, no sleep)
+    ready()?                         -> READY (the fast path; skipped if the caller looked)
     spin: sched_yield, ready()?      -> READY            for up to ``spin_seconds``
     loop:
         sleeper.announce()              "I am about to sleep": a store, then a fence
@@ -107,6 +107,7 @@ def wait_until(
     deadline: float | None = None,
     first_sleep: float = 0.005,
     longest_sleep: float = 0.1,
+    looked: bool = False,
 ) -> Until | E:
     """Spin, then sleep, until ``ready()``, something else happens, or ``deadline``.
 
@@ -117,13 +118,15 @@ def wait_until(
         deadline: A :func:`time.monotonic` time; ``None`` waits for ever.
         first_sleep: The first sleep's timeout; each one after doubles it.
         longest_sleep: The longest single sleep.
+        looked: The caller has just seen ``ready()`` false: skip the first look (the
+            hot paths look before they build a wait; a second look there is waste).
 
     Returns:
         :attr:`Until.READY`, :attr:`Until.DEADLINE`, or what ``sleeper.sleep``
         reported instead (returned as is, so the caller handles it once, without
         waiting again first).
     """
-    if ready():
+    if not looked and ready():
         return READY
     if spin_seconds > 0.0:
         spin_end = perf_counter() + spin_seconds
