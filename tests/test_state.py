@@ -45,6 +45,17 @@ def test_in_flight_returns_to_idle_when_the_last_group_lands() -> None:
     assert pending.landed([0]) is pending  # only in-flight groups land
 
 
+def test_joined_adds_groups_to_those_in_flight_without_touching_the_old_state() -> None:
+    first = IDLE.joined({0: 1})
+    both = first.joined({1: 2})
+    assert (first.phase, dict(first.in_flight)) == (Phase.IN_FLIGHT, {0: 1})
+    assert dict(both.in_flight) == {0: 1, 1: 2}
+    assert dict(both.joined({0: 3}).in_flight) == {0: 3, 1: 2}  # a group's newer seq wins
+    assert IDLE.joined({}) is IDLE
+    assert dict(both.landed([0, 5]).in_flight) == {1: 2}  # a group not in flight is ignored
+    assert dict(both.in_flight) == {0: 1, 1: 2}
+
+
 def test_only_steps_and_resets_replace_a_lost_group() -> None:
     assert [k for k in CallKind if k.replaces_lost] == [CallKind.RESET, CallKind.STEP]
 

@@ -85,6 +85,24 @@ def test_the_predicate_is_looked_at_again_after_announcing_the_sleep() -> None:
     assert sleeper.log == ["announce", "withdraw"]
 
 
+@pytest.mark.parametrize(
+    ("looked", "log"), [(False, ["announce", "withdraw"]), (True, ["announce", "sleep"])]
+)
+def test_a_caller_that_just_looked_skips_the_first_look(looked: bool, log: list[str]) -> None:
+    """``looked=True`` (first-ready's recv and the batch wait look before they wait): the
+    first look is the one after announcing the sleep, so a predicate that turns true on
+    its second look is seen only after one sleep; without ``looked``, before any."""
+    looks = [0]
+
+    def second_look() -> bool:
+        looks[0] += 1
+        return looks[0] >= 2
+
+    sleeper = Recorder()
+    assert wait_until(second_look, sleeper, looked=looked) is Until.READY
+    assert (sleeper.log, looks[0]) == (log, 2)
+
+
 def test_spinning_finds_what_becomes_ready_without_sleeping() -> None:
     looks = [0]
 
