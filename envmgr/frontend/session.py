@@ -26,7 +26,15 @@ from envmgr.errors import BrokenWorkerError, RemoteTraceback, WorkerFailure
 from envmgr.frontend.resets import reset_arguments
 from envmgr.frontend.restarts import RestartBudget
 from envmgr.frontend.results import BatchReader
-from envmgr.frontend.state import CLOSED, IDLE, CallKind, PendingCall, Phase, State
+from envmgr.frontend.state import (
+    CLOSED,
+    CLOSED_PHASE,
+    IDLE,
+    CallKind,
+    PendingCall,
+    Phase,
+    State,
+)
 from envmgr.protocol.messages import FlushTimers, Ready, Reset, StepResponse
 from envmgr.protocol.shared_memory import SharedBuffers
 from envmgr.timers.merge import WorkerTimers
@@ -114,7 +122,7 @@ class Session:
         """The backend, unless the manager is closed or broken (then say so for call ``name``)."""
         state = self.state
         # check_usable refuses exactly these; looked at here, send/recv make one call less.
-        if state.phase is Phase.CLOSED or state.cause is not None:
+        if state.phase is CLOSED_PHASE or state.cause is not None:
             state.check_usable(self.owner, name)
         return self.backend
 
