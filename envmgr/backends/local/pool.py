@@ -17,6 +17,7 @@ import types
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 from time import monotonic
 from typing import Any
 
@@ -126,8 +127,15 @@ class WorkerPool:
         self.poller.register(sentinel, select.POLLIN)
         self.owner[sentinel] = g
 
-    def forget(self, g: int) -> None:
-        """Kill group ``g``'s process if alive, stop watching it, close its pipe."""
+    def forget(self, g: int) -> BaseProcess:
+        """Kill group ``g``'s process if alive, stop watching it, close its pipe.
+
+        Returns:
+            The old process, reaped but not closed: it stays group ``g``'s until a
+            replacement is recorded, so an interrupt before then (Ctrl-C while the
+            replacement starts) finds a process :meth:`stop` and :meth:`watch` can use.
+            The caller closes it once the replacement is in its place.
+        """
         old = self.processes[g]
         if old.is_alive():
             old.kill()
@@ -139,10 +147,7 @@ class WorkerPool:
         self.owner.pop(old.sentinel, None)
         self.conns[g].close()
         self._cut.pop(g, None)
-        try:
-            old.close()
-        except ValueError:
-            pass
+        return old
 
     def handshake(
         self, groups: Sequence[int] | range, phase: str, timeout: float | None

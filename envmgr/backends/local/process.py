@@ -226,12 +226,13 @@ class ProcessBackend:
     def replace(self, g: int, timeout: float | None) -> Ready | Lost:
         """A new process for group ``g``, attached to shared memory: its Ready, or its loss."""
         pool = self.pool
-        pool.forget(g)
+        old = pool.forget(g)
         assert self.buffers is not None and self._collector is not None
         self._collector.forget_woken()
         # Its command word may hold the step it never finished: the new process
         # reads the word as already seen, so it will not run it.
         pool.processes[g], pool.conns[g] = pool.spawn(g, self.buffers.layout)
+        old.close()
         try:
             (ready,) = pool.handshake([g], "restart", self.start_timeout)
         except LostWorker as exc:
