@@ -258,3 +258,42 @@ def test_a_row_too_full_for_a_key_pickles_it() -> None:
     left = writer.split([(0, {"big": big, "small": small}), (1, {"small": small})])
     assert [(i, sorted(d)) for i, d in left] == [(0, ["big"])]
     assert [c.key for c in writer.schema().columns] == ["small"]
+
+
+def _read_back(arena: np.ndarray, writer: InfoWriter) -> dict[str, tuple[list[Any], list[bool]]]:
+    reader = InfoColumns(arena, Layout.of([arena.shape[0]]))
+    reader.update(0, writer.schema())
+    columns, _, _ = reader.read(None)
+    return {k: (v.tolist(), m.tolist()) for k, (v, m) in columns.items()}
+
+
+def test_whole_batches_of_the_same_keys_and_any_change_from_them_read_back_alike() -> None:
+    """Every env saying the same keys is written a key at a time; a batch that differs in
+    any way (an env without a key, a changed type for some or all envs, an int beyond
+    int64) is written env by env, with the same result a fresh writer would give."""
+    arena = np.zeros((3, ROW_BYTES), dtype=np.uint8)
+    writer = InfoWriter(arena)
+    same = [(i, {"x": float(i), "n": np.int32(i)}) for i in range(3)]
+    assert writer.split(same) == []  # lays out the columns
+    assert writer.split([(i, {"x": 10.0 + i, "n": np.int32(7)}) for i in range(3)]) == []
+    assert _read_back(arena, writer) == {
+        "x": ([10.0, 11.0, 12.0], [True] * 3),
+        "n": ([7] * 3, [True] * 3),
+    }
+    # One env without "n": its row reads zero and unmasked.
+    gap = [(0, {"x": 1.0, "n": np.int32(1)}), (1, {"x": 2.0}), (2, {"x": 3.0, "n": np.int32(3)})]
+    assert writer.split(gap) == []
+    assert _read_back(arena, writer)["n"] == ([1, 0, 3], [True, False, True])
+    # Back to whole batches: the mask is set again.
+    assert writer.split(same) == []
+    assert _read_back(arena, writer)["n"] == ([0, 1, 2], [True] * 3)
+    # Every env changes "x"'s type at once: it pickles from then on.
+    ints = [(i, {"x": i, "n": np.int32(i)}) for i in range(3)]
+    assert writer.split(ints) == [(i, {"x": i}) for i in range(3)]
+    assert "x" not in [c.key for c in writer.schema().columns]
+    # Python ints in a column, then one beyond int64 in every env: pickled, intact.
+    writer = InfoWriter(arena)
+    assert writer.split([(i, {"k": i}) for i in range(3)]) == []
+    huge = [(i, {"k": 2**70 + i}) for i in range(3)]
+    assert writer.split(huge) == huge
+    assert [c.key for c in writer.schema().columns] == []

@@ -39,7 +39,7 @@ class _Layout(Exception):
 class _Slot:
     """A column and what the group writes into it."""
 
-    __slots__ = ("column", "type", "dtype", "shape", "values", "mask", "zero", "dirty")
+    __slots__ = ("column", "type", "dtype", "shape", "values", "mask", "zero", "dirty", "full")
 
     def __init__(self, column: Column, kind: type, arena: np.ndarray) -> None:
         self.column = column
@@ -49,6 +49,7 @@ class _Slot:
         self.values, self.mask = views(arena, column)
         self.zero: Any = np.zeros(self.shape, self.dtype) if self.shape else self.dtype.type(0)
         self.dirty = False  # some mask byte is set
+        self.full = False  # every mask byte is set
 
     def fits(self, value: Any) -> bool:
         if type(value) is not self.type:
@@ -98,6 +99,8 @@ class InfoWriter:
                 continue  # the layout changed (and terminates: keys are finite)
 
     def _write(self, infos: Infos) -> Infos:
+        if len(infos) == self.n and self._write_uniform(infos):
+            return []
         slots, pickled = self._slots, self._pickled
         staged: dict[str, list[tuple[int, Any]]] = {k: [] for k in slots}
         left: Infos = []
@@ -127,7 +130,7 @@ class InfoWriter:
                 if slot.dirty:  # absent envs read as zero, as in _add_info's fresh arrays
                     slot.values[:] = 0
                     slot.mask[:] = False
-                    slot.dirty = False
+                    slot.dirty = slot.full = False
                 continue
             values = [slot.zero] * self.n
             present = [False] * self.n
@@ -141,7 +144,36 @@ class InfoWriter:
                 raise _Layout from None
             slot.mask[:] = present
             slot.dirty = True
+            slot.full = False
         return left
+
+    def _write_uniform(self, infos: Infos) -> bool:
+        """The usual MuJoCo or Atari batch: every env said exactly the keys the columns
+        hold, each with its column's scalar type. Written a key at a time, with no
+        per-env staging; ``False`` (nothing written) sends the batch the general way.
+
+        ``infos`` has a pair for every env, so in env order.
+        """
+        slots = self._slots
+        keys = slots.keys()
+        if not slots or any(info.keys() != keys for _, info in infos):
+            return False
+        columns = []
+        for key, slot in slots.items():
+            values = [info[key] for _, info in infos]
+            kinds = set(map(type, values))
+            if len(kinds) != 1 or slot.type not in kinds or slot.type is np.ndarray:
+                return False  # a changed type (the general way retires it), or arrays
+            columns.append((slot, values))
+        for slot, values in columns:
+            try:
+                slot.values[:] = values
+            except (OverflowError, ValueError, TypeError):
+                return False  # a Python int beyond int64: the general way retires it
+            if not slot.full:
+                slot.mask[:] = True
+                slot.dirty = slot.full = True
+        return True
 
     def split_vector(self, infos: dict[str, Any]) -> Infos:
         """:meth:`split` for a hosted VectorEnv's vector info dict: its numeric arrays
@@ -171,7 +203,7 @@ class InfoWriter:
                 if numeric and slot.dtype == value.dtype and slot.shape == value.shape[1:]:
                     slot.values[:] = value
                     slot.mask[:] = mask
-                    slot.dirty = True
+                    slot.dirty, slot.full = True, False
                     written.add(key)
                     continue
                 self._retire(key)
@@ -180,7 +212,7 @@ class InfoWriter:
             if slot.dirty and key not in written:
                 slot.values[:] = 0
                 slot.mask[:] = False
-                slot.dirty = False
+                slot.dirty = slot.full = False
         if not left:
             return []
         return [(i, info) for i, info in enumerate(unbatch_infos(left, n)) if info]
