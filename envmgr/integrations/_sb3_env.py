@@ -22,6 +22,7 @@ as ``SubprocVecEnv``'s worker does, for ``get_attr``, ``env_method`` and friends
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -81,7 +82,12 @@ def pack(info: dict[str, Any]) -> dict[str, Any]:
 
 def decode(vinfos: dict[str, Any]) -> dict[int, dict[str, Any]]:
     """Each env's info dict, as its env returned it, from the manager's vector infos;
-    only envs that have one."""
+    only envs that have one.
+
+    Runs every step of an SB3 rollout: each key's values are taken out of their array
+    at once (``tolist`` gives Python scalars, iterating gives numpy ones), not one
+    indexing at a time.
+    """
     out: dict[int, dict[str, Any]] = {}
     packed = vinfos.get(INFO_KEY)
     if packed is not None:
@@ -90,15 +96,28 @@ def decode(vinfos: dict[str, Any]) -> dict[int, dict[str, Any]]:
     for name, values in vinfos.items():
         if not name.startswith(NUMERIC_PREFIX):
             continue
-        kind, key = name[len(NUMERIC_PREFIX) :].split(":", 1)
-        for i in np.flatnonzero(vinfos[f"_{name}"]).tolist():
-            value = values[i]
-            if kind.startswith("py-"):
-                value = value.item()  # every value of this key was a Python scalar
-            elif kind.startswith("arr-"):
-                value = value.copy()
-            out.setdefault(i, {})[key] = value
+        kind, key = _kind_and_key(name)
+        mask = vinfos[f"_{name}"].tolist()
+        envs = range(len(mask)) if all(mask) else [i for i, has in enumerate(mask) if has]
+        if kind.startswith("py-"):
+            items = values.tolist()  # every value of this key was a Python scalar
+        elif kind.startswith("arr-"):
+            items = {i: values[i].copy() for i in envs}  # not views of one array
+        else:
+            items = list(values)
+        for i in envs:
+            info = out.get(i)
+            if info is None:
+                out[i] = info = {}
+            info[key] = items[i]
     return out
+
+
+@functools.lru_cache(maxsize=1024)
+def _kind_and_key(name: str) -> tuple[str, str]:
+    """``(type, the env's key)`` of a numeric key (see :func:`numeric_key`)."""
+    kind, key = name[len(NUMERIC_PREFIX) :].split(":", 1)
+    return kind, key
 
 
 class SB3Shim(gym.Wrapper):  # type: ignore[type-arg]
