@@ -28,7 +28,9 @@ Configurations (``--configs``, comma-separated):
 * ``envmgr-WxE``: ``W`` workers (``E`` envs each), e.g. ``envmgr-1x8``, ``envmgr-2x4``.
   Suffixes: ``-nocheck`` (``check_actions=False``), ``-pspin`` (the parent
   busy-polls for the workers: ``parent_spin_seconds=2e-3``), ``-nospin`` (workers
-  block at once: ``spin_seconds=0``), e.g. ``envmgr-1x8-nocheck-pspin``.
+  block at once: ``spin_seconds=0``), ``-callerC`` (this process steps ``C`` of the envs
+  itself: ``caller_envs=C``; then ``W x E + C`` is ``--n-envs``), e.g.
+  ``envmgr-1x8-nocheck-pspin``, ``envmgr-1x4-caller4``.
 """
 
 from __future__ import annotations
@@ -72,12 +74,18 @@ def builder(config: str, n_envs: int, env_id: str = "CartPole-v1") -> Callable[[
     if not config.startswith("envmgr-"):
         raise SystemExit(f"unknown configuration {config!r}: see --help")
     kwargs: dict[str, Any] = {}
-    for part in config.split("-")[1:]:
+    parts = config.split("-")[1:]
+    caller = sum(int(p[len("caller") :]) for p in parts if p.startswith("caller"))
+    for part in parts:
         if "x" in part and part.replace("x", "").isdigit():
             workers, per = (int(p) for p in part.split("x"))
-            if workers * per != n_envs:
-                raise SystemExit(f"{config}: {workers} x {per} is not --n-envs {n_envs}")
+            if workers * per + caller != n_envs:
+                raise SystemExit(
+                    f"{config}: {workers} x {per} + {caller} caller envs is not --n-envs {n_envs}"
+                )
             kwargs["n_workers"] = workers
+        elif part.startswith("caller") and part[len("caller") :].isdigit():
+            kwargs["caller_envs"] = caller
         elif part == "nocheck":
             kwargs["check_actions"] = _no_action_check()
         elif part == "pspin":
