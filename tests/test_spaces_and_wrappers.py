@@ -10,6 +10,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
+from backend_cases import on_backends
 from conftest import Backend
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
@@ -129,3 +130,39 @@ def test_env_code_timers_and_gauges_ship_with_the_worker_tree() -> None:
         # two envs per worker; an autoreset step runs reset, not step, so <= 14
         assert 0 < step["children"]["physics"]["count"] <= 14
         assert step["children"]["physics"]["count"] == step["children"]["env.step"]["count"]
+
+
+class KeepsActionsEnv(gym.Env):  # type: ignore[type-arg]
+    """Keeps every action object it is handed, as an env that stores its last action
+    (for a reward on action change, say) does."""
+
+    observation_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def __init__(self, kind: str) -> None:
+        self.action_space = SPACES[kind]
+        self.kept: list[Any] = []
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        super().reset(seed=seed)
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action: Any) -> Any:
+        self.kept.append(action)
+        return np.zeros(1, np.float32), 0.0, False, False, {}
+
+
+@pytest.mark.parametrize("kind", ["box", "multidiscrete", "multibinary"])
+@on_backends()
+def test_an_env_that_keeps_its_actions_keeps_what_it_was_given(backend: Backend, kind: str) -> None:
+    """The batch of actions is overwritten at every step (shared memory): each env is
+    handed a private copy of its row, so the ones it kept do not change under it."""
+    space = SPACES[kind]
+    space.seed(0)
+    sent = [np.stack([space.sample() for _ in range(4)]) for _ in range(5)]
+    with backend(functools.partial(KeepsActionsEnv, kind), 2, 2) as envs:
+        envs.reset(seed=0)
+        for actions in sent:
+            envs.step(actions)
+        kept = envs.get_attr("kept")
+    for env in range(4):
+        np.testing.assert_array_equal(np.stack(kept[env]), np.stack([a[env] for a in sent]))

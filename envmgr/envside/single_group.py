@@ -63,6 +63,9 @@ class SingleEnvGroup(EnvGroup):
         self._term: list[Any] = [False] * self.n
         self._trunc: list[Any] = [False] * self.n
         self._discrete = isinstance(first.action_space, gym.spaces.Discrete)
+        self._array_actions = isinstance(
+            first.action_space, (gym.spaces.Box, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)
+        )
         self._batch_action_space = batch_space(first.action_space, self.n)
         self._write_obs: Callable[[list[Any]], None] | None = None
 
@@ -84,6 +87,10 @@ class SingleEnvGroup(EnvGroup):
         """
         if self._discrete and isinstance(actions, np.ndarray):
             return list(actions)
+        if self._array_actions and isinstance(actions, np.ndarray):
+            # What iterate does for these spaces (rows of the batch), without its dispatch.
+            shared = actions is self.views.get("actions")
+            return list(actions.copy() if shared else actions)
         if actions is self.views.get("actions"):
             actions = tree_map(np.array, actions)  # else it came pickled: private already
         return list(iterate(self._batch_action_space, actions))
