@@ -63,13 +63,28 @@ START_TIMEOUT = 60.0
 
 
 def _floor_worker(
-    conn: Connection, wake: Connection, shm_name: str, rows: int, index: int, spin: float
+    conn: Connection,
+    wake: Connection,
+    shm_name: str,
+    rows: int,
+    index: int,
+    spin: float,
+    work: tuple[str, int, np.ndarray] | None = None,
 ) -> None:
-    """Answer every announced step at once, through envmgr's WorkerDoorbell."""
+    """Answer every announced step through envmgr's WorkerDoorbell: at once, or after
+    stepping a block of ``work = (env name, seed, actions)`` envs (:class:`FloorPingPong`)."""
     shm = SharedMemory(name=shm_name)
+    block = None
     try:
         try:
             from envmgr.backends.local.worker_doorbell import WorkerDoorbell
+
+            if work is not None:
+                from ceiling import build_block
+
+                name, seed, actions = work
+                block = build_block("serial", name, actions.shape[1])
+                block.reset(seed=seed)
 
             control: np.ndarray = np.ndarray((rows, _ROW), dtype=np.int64, buffer=shm.buf)
             parent = os.getppid()
@@ -82,13 +97,20 @@ def _floor_worker(
         # The doorbell takes the command word it finds as already seen: the parent must
         # not announce anything before this point, so say when it is reached.
         conn.send_bytes(b"ready")
+        step = None if block is None else block.step
+        k = 0
         while True:
             got = bell.wait()
             if not isinstance(got, tuple):  # None: parent gone; bytes: told to stop
                 break
+            if step is not None:
+                step(actions[k % len(actions)])
+                k += 1
             bell.step_done(got[0], False)
         del bell, control
     finally:
+        if block is not None:
+            block.close()
         shm.close()
 
 
@@ -98,14 +120,25 @@ class FloorPingPong:
     ``step(_)`` is one batch round trip: announce a step to every worker, sleep until the
     last one has answered, exactly as the manager's step path does around its real work.
 
+    With ``work``, each worker also steps its block of envs (``ceiling.py``'s plain loop,
+    its own columns of the actions) before it answers: the default layout's lock-step
+    bound. The structure is envmgr's (a sleeping parent woken by the last worker, three
+    processes on two cores for two workers); no actions, observations or infos cross.
+
     Args:
         n_workers: Worker processes.
         spin_seconds: The workers' spin budget (use the manager's).
         parent_spin_seconds: How long the parent busy-polls before sleeping (the manager's).
+        work: ``(env name in envs.FACTORIES, actions (batches, n_envs, ...))``; the envs
+            are split between the workers in order, env ``i`` reset with seed ``i``.
     """
 
     def __init__(
-        self, n_workers: int, spin_seconds: float, parent_spin_seconds: float = 0.0
+        self,
+        n_workers: int,
+        spin_seconds: float,
+        parent_spin_seconds: float = 0.0,
+        work: tuple[str, np.ndarray] | None = None,
     ) -> None:
         from envmgr.backends.local.doorbell import KIND_STEP, ParentDoorbell
         from envmgr.backends.local.wait import Until
@@ -123,11 +156,21 @@ class FloorPingPong:
         self.conns: list[Connection] = []
         self.procs: list[Any] = []
         try:
+            shares: list[tuple[str, int, np.ndarray] | None] = [None] * n_workers
+            if work is not None:
+                name, actions = work
+                n = actions.shape[1]
+                sizes = [n // n_workers + (1 if w < n % n_workers else 0) for w in range(n_workers)]
+                starts = np.cumsum([0, *sizes])
+                shares = [
+                    (name, int(a), np.ascontiguousarray(actions[:, a : a + size]))
+                    for a, size in zip(starts, sizes, strict=False)
+                ]
             for w in range(n_workers):
                 mine, theirs = ctx.Pipe(duplex=True)
                 proc = ctx.Process(
                     target=_floor_worker,
-                    args=(theirs, self.wake_w, self.shm.name, rows, w, spin_seconds),
+                    args=(theirs, self.wake_w, self.shm.name, rows, w, spin_seconds, shares[w]),
                     daemon=True,
                 )
                 proc.start()
@@ -150,6 +193,9 @@ class FloorPingPong:
         except BaseException:
             self.close()
             raise
+
+    def reset(self, *, seed: int | None = None) -> None:
+        """Nothing: the workers reset their envs when they build them."""
 
     def step(self, _actions: Any = None) -> None:
         bell, seq = self.bell, self.seq + 1

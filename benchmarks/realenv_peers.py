@@ -28,6 +28,7 @@ ALL_IMPLS = [
     "serial",
     "ceiling",
     "lockstep",
+    "doorbell",
     "envmgr",
     "envmgr-firstready",
     "envmgr-caller",
@@ -42,6 +43,7 @@ LABELS = {
     "serial": "serial",
     "ceiling": "ceiling",
     "lockstep": "lock-step",
+    "doorbell": "lock-step, sleeping parent",
     "envmgr": "envmgr step",
     "envmgr-firstready": "first-ready",
     "envmgr-caller": "caller_envs",
@@ -180,6 +182,12 @@ def build(impl: str, env: str, n: int, workers: int, actions: np.ndarray) -> Any
         return PufferMultiprocessing(factory, n, int(impl.split("-")[1]))
     if impl == "envpool":
         return EnvpoolPort(env, n, workers)
+    if impl == "doorbell":
+        from handoff import FloorPingPong
+
+        from envmgr.managers.local import DEFAULT_SPIN_SECONDS
+
+        return FloorPingPong(workers, DEFAULT_SPIN_SECONDS, 0.0, work=(env, actions))
     return peers.build(impl, env, n, workers, actions)
 
 
@@ -189,5 +197,7 @@ def skip_reason(impl: str, n: int, workers: int) -> str | None:
         return f"n_envs={n} is not a multiple of PufferLib's workers"
     # peers' rules (n a multiple of the workers, enough envs for the ceiling) for its own
     # implementations; envpool is checked by building it, as is every other peer.
+    if impl == "doorbell":
+        impl = "lockstep"  # the same processes, woken another way
     mapped = impl if impl in peers.ALL_IMPLS and impl != "envpool" else "serial"
     return peers.skip_reason(mapped, "", n, workers, True)

@@ -17,6 +17,7 @@ ENV_LABELS = {"pong": "Pong", "halfcheetah": "HalfCheetah-v5", "humanoid": "Huma
 #: Columns as fractions of the ceiling, in table order.
 COLUMNS = [
     ("lockstep", "lock-step bound"),
+    ("doorbell", "lock-step, sleeping parent"),
     ("envmgr", "envmgr `step`"),
     ("envmgr-firstready", "first-ready"),
     ("envmgr-caller", "`caller_envs`"),

@@ -227,7 +227,8 @@ def test_realenv_quick_measures_every_implementation(tmp_path: Path) -> None:
     assert (config["env"], config["n_envs"]) == ("halfcheetah", 4)
     optional = {"subproc": "stable_baselines3", "puffer-1": "pufferlib", "puffer-2": "pufferlib"}
     optional["envpool"] = "envpool"
-    expected = {"serial", "ceiling", "lockstep", "envmgr", "envmgr-firstready", "envmgr-caller"}
+    expected = {"serial", "ceiling", "lockstep", "doorbell", "envmgr", "envmgr-firstready"}
+    expected |= {"envmgr-caller"}
     expected |= {"async"} | {i for i, m in optional.items() if importlib.util.find_spec(m)}
     assert set(config["samples"]) == expected, config["errors"]
     for impl in expected - {"ceiling"}:
