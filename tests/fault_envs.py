@@ -414,6 +414,34 @@ def fault_env_fns(
     ]
 
 
+def slow_to_restart(flag: str, part: str) -> Callable[[], gym.Env[Any, Any]]:
+    """A CartPole factory whose env, while ``flag`` exists, stalls in its build
+    (``part="build"``) or its reset (``"reset"``) until the test removes ``flag``, after
+    appending its process's pid to ``flag + ".pids"``: a restart for an interrupt to cut
+    off, in a worker process or a Ray actor."""
+
+    def stall() -> None:
+        with open(flag + ".pids", "a") as f:
+            f.write(f"{os.getpid()}\n")
+        deadline = time.monotonic() + 60.0  # a liveness bound: the test removes the flag
+        while os.path.exists(flag) and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    class SlowReset(gym.Wrapper):  # type: ignore[type-arg]
+        def reset(self, **kwargs: Any) -> Any:
+            if os.path.exists(flag):
+                stall()
+            return self.env.reset(**kwargs)
+
+    def make() -> gym.Env[Any, Any]:
+        if part == "build" and os.path.exists(flag):
+            stall()
+        env = gym.make("CartPole-v1")
+        return SlowReset(env) if part == "reset" else env
+
+    return make
+
+
 # --------------------------------------------------------------------------- process checks
 #
 # Helpers for the tests: a pid alone is not an identity (pids are reused), so a

@@ -29,7 +29,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
-from fault_envs import process_token, wait_gone
+from fault_envs import process_token, slow_to_restart, wait_gone
 
 from envmgr import NoAsyncCallError, SubprocessEnvManager, timers
 from envmgr.backends.local import doorbell as signalling
@@ -240,31 +240,6 @@ def test_a_step_loop_interrupted_again_and_again_keeps_working(layout: str) -> N
         assert "after_the_storm" in timers.get_timer_tree()["children"]
 
 
-def _slow_to_restart(flag: str, part: str) -> Callable[[], gym.Env[Any, Any]]:
-    """CartPole; while ``flag`` exists, its build (``part="build"``) or its reset
-    (``"reset"``) takes 5 s, a restart to cut off, after appending the process's pid to
-    ``flag + ".pids"``."""
-
-    def stall() -> None:
-        with open(flag + ".pids", "a") as f:
-            f.write(f"{os.getpid()}\n")
-        time.sleep(5.0)
-
-    class SlowReset(gym.Wrapper):  # type: ignore[type-arg]
-        def reset(self, **kwargs: Any) -> Any:
-            if os.path.exists(flag):
-                stall()
-            return self.env.reset(**kwargs)
-
-    def make() -> gym.Env[Any, Any]:
-        if part == "build" and os.path.exists(flag):
-            stall()
-        env = gym.make("CartPole-v1")
-        return SlowReset(env) if part == "reset" else env
-
-    return make
-
-
 @pytest.mark.parametrize(("part", "caller_envs"), [("build", 0), ("build", 1), ("reset", 0)])
 def test_a_restart_cut_off_by_an_interrupt_is_redone_at_the_next_call(
     part: str, caller_envs: int, tmp_path: Path
@@ -273,7 +248,7 @@ def test_a_restart_cut_off_by_an_interrupt_is_redone_at_the_next_call(
     the half-started replacement is stopped, and the next step replaces the worker
     again and goes on (the manager is not broken)."""
     flag = str(tmp_path / "slow")
-    factory = _slow_to_restart(flag, part)
+    factory = slow_to_restart(flag, part)
     old_handler = signal.signal(signal.SIGUSR1, _raise_interrupt)
     with SubprocessEnvManager(factory, 2, 1, caller_envs=caller_envs, max_restarts=3) as envs:
         actions = np.zeros(envs.num_envs, dtype=np.int64)
@@ -282,8 +257,9 @@ def test_a_restart_cut_off_by_an_interrupt_is_redone_at_the_next_call(
         Path(flag).touch()
         os.kill(victim, signal.SIGKILL)
         assert not wait_gone([process_token(victim)], zombie_ok=True)
-        # The step finds worker 1 dead and starts its replacement, which takes 5 s to
-        # build or to reset: the interrupt comes while the parent waits for it.
+        # The step finds worker 1 dead and starts its replacement, which stalls in its
+        # build or its reset while the flag exists: the interrupt comes while the parent
+        # waits for it.
         ring = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGUSR1))
         ring.start()
         try:

@@ -569,33 +569,6 @@ def test_factory_error_is_raised_and_leaves_nothing(ray: Any) -> None:
     assert _wait_dead(ray, new) == {a: "DEAD" for a in new}
 
 
-def _slow_to_restart(flag: str, part: str) -> Any:
-    """CartPole; while ``flag`` exists, its build (``part="build"``) or its reset
-    (``"reset"``) stalls until ``flag`` is removed, after appending its actor's pid to
-    ``flag + ".pids"`` (a restart for an interrupt to cut off)."""
-
-    def stall() -> None:
-        with open(flag + ".pids", "a") as f:
-            f.write(f"{os.getpid()}\n")
-        deadline = time.monotonic() + 60.0  # a liveness bound: the test removes the flag
-        while os.path.exists(flag) and time.monotonic() < deadline:
-            time.sleep(0.01)
-
-    class SlowReset(gym.Wrapper):  # type: ignore[type-arg]
-        def reset(self, **kwargs: Any) -> Any:
-            if os.path.exists(flag):
-                stall()
-            return self.env.reset(**kwargs)
-
-    def make() -> gym.Env[Any, Any]:
-        if part == "build" and os.path.exists(flag):
-            stall()
-        env = gym.make("CartPole-v1")
-        return SlowReset(env) if part == "reset" else env
-
-    return make
-
-
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("part", ["build", "reset"])
 def test_a_restart_cut_off_by_ctrl_c_is_redone_at_the_next_call(
@@ -607,14 +580,14 @@ def test_a_restart_cut_off_by_ctrl_c_is_redone_at_the_next_call(
     import signal
     import threading
 
-    from fault_envs import process_token, wait_gone
+    from fault_envs import process_token, slow_to_restart, wait_gone
 
     from envmgr.frontend.results import RESTARTED_INFO_KEY
 
     flag = str(tmp_path / "slow")
     pids = flag + ".pids"
     envs = _manager(
-        env_fns=_slow_to_restart(flag, part), n_actors=2, envs_per_actor=1, max_restarts=3
+        env_fns=slow_to_restart(flag, part), n_actors=2, envs_per_actor=1, max_restarts=3
     )
     old_handler = signal.signal(signal.SIGINT, signal.default_int_handler)
     with envs:
