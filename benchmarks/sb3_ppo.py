@@ -42,6 +42,7 @@ import os
 import platform
 import statistics
 import sys
+import time
 from collections.abc import Callable
 from time import perf_counter
 from typing import Any
@@ -163,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         f"({torch.get_num_threads()} threads), Python {platform.python_version()}",
         flush=True,
     )
+    started = time.strftime("%Y-%m-%d %H:%M:%S %Z")
     runs: dict[str, list[dict[str, float]]] = {c: [] for c in configs}
     for r in range(args.rounds):
         order = configs[r % len(configs) :] + configs[: r % len(configs)]
@@ -225,9 +227,14 @@ def main(argv: list[str] | None = None) -> int:
                 + ", ".join(f"{x:.2f}" for x in per_round)
             )
     if args.out:
+        from run_context import machine_info
+
+        command = " ".join(["python benchmarks/sb3_ppo.py", *(argv or sys.argv[1:])])
         with open(args.out, "w") as f:
-            payload = {"args": vars(args), "runs": runs, "common_train": common_train}
-            json.dump({**payload, "ratios": ratios}, f, indent=2)
+            payload = {"command": command, "started": started, "args": vars(args)}
+            payload |= {"machine": machine_info(envpool_msg=""), "torch": torch.__version__}
+            payload |= {"runs": runs, "common_train": common_train, "ratios": ratios}
+            json.dump(payload, f, indent=2)
     return 0
 
 
