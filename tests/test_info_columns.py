@@ -17,9 +17,10 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from conftest import Backend
+from envs import assert_same
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
-from test_equivalence import compare, local_only
+from test_equivalence import compare, local_only, sample_actions
 from test_promises import traffic
 
 from envmgr import SubprocessEnvManager
@@ -164,13 +165,54 @@ def test_hosted_vector_env_infos_match_a_flat_sync_vector_env(mode: AutoresetMod
     def blocks(k: int) -> SyncVectorEnv:
         return SyncVectorEnv([env] * k, autoreset_mode=mode)
 
-    from envs import assert_same
-
     with SubprocessEnvManager(None, 2, vector_fn=blocks, num_envs=n) as envs:
         got = [envs.reset(seed=3)] + [envs.step(a) for a in actions]
     for t, (g, e) in enumerate(zip(got, expected, strict=True)):
         assert_same(tuple(g), tuple(e), path=f"result {t}")
     assert any(r[-1]["even"].dtype == np.bool_ for r in expected[1:] if "even" in r[-1])
+
+
+def _rows_of(infos: dict[str, Any], ids: np.ndarray) -> dict[str, Any]:
+    """A vector info dict cut down to envs ``ids``: the keys one of them has."""
+    out: dict[str, Any] = {}
+    for key, value in infos.items():
+        if key.startswith("_"):
+            continue
+        mask = infos[f"_{key}"][ids]
+        if mask.any():
+            out[key] = _rows_of(value, ids) if isinstance(value, dict) else value[ids]
+            out[f"_{key}"] = mask
+    return out
+
+
+@pytest.mark.parametrize("env", ["shifting", "mujoco"])
+def test_recv_of_one_worker_gives_its_rows_of_the_sync_infos(backend: Backend, env: str) -> None:
+    """First-ready: each ``recv`` of one worker's envs gives the infos SyncVectorEnv gives
+    those envs, the keys one of them has and no others (columns read for that worker
+    alone; steps where an env pickles a string or a nested dict take the general way)."""
+    if env == "mujoco":
+        pytest.importorskip("mujoco")
+    fn = half_cheetah if env == "mujoco" else functools.partial(ShiftingInfoEnv, flip=False)
+    n = 4
+    sync = SyncVectorEnv([fn] * n)
+    try:
+        actions = sample_actions(sync.single_action_space, n, 24)
+        sync.reset(seed=3)
+        expected = [sync.step(a)[4] for a in actions]
+    finally:
+        sync.close()
+    seen: set[str] = set()
+    with backend([fn] * n, 2) as envs:
+        envs.reset(seed=3)
+        for t, a in enumerate(actions):
+            envs.send(a)
+            for _ in range(2):
+                *_, infos, ids = envs.recv(batch_size=2)
+                assert ids.tolist() in ([0, 1], [2, 3])
+                assert_same(infos, _rows_of(expected[t], ids), path=f"step {t} envs {ids}")
+                seen |= set(infos)
+    if env == "shifting":  # keys came and went between the two workers' rows
+        assert {"even", "late", "name", "nested"} <= seen
 
 
 # ------------------------------------------------------------------ the promises behind it

@@ -52,6 +52,10 @@ class InfoColumns:
         # with columns lays the key out alike (the usual case); rebuilt on a change.
         self._plan: list[tuple[Column, np.ndarray, np.ndarray]] | None = []
         self._absent = bytes(layout.num_envs)  # a mask's bytes when no env has the key
+        # The same per group, over its own rows: recv's usual answer is one group.
+        self._group_plans: list[list[tuple[Column, np.ndarray, np.ndarray]]]
+        self._group_plans = [[] for _ in range(layout.n_groups)]
+        self._group_absent = [bytes(size) for size in layout.sizes]
 
     @property
     def any(self) -> bool:
@@ -63,12 +67,15 @@ class InfoColumns:
         if schema != self.schemas[g]:
             self.schemas[g] = schema
             self._plan = self._whole_batch_plan()
+            rows = self.arena[self.layout.starts[g] : self.layout.starts[g] + self.layout.sizes[g]]
+            self._group_plans[g] = [(column, *views(rows, column)) for column in schema.columns]
         ack_word(self.arena, self.layout.starts[g])[0] = schema.version
 
     def forget(self, g: int) -> None:
         """Group ``g`` was replaced: it has no columns until its replacement says so."""
         self.schemas[g] = _NO_SCHEMA
         self._plan = self._whole_batch_plan()
+        self._group_plans[g] = []
         ack_word(self.arena, self.layout.starts[g])[0] = 0
 
     def _whole_batch_plan(self) -> list[tuple[Column, np.ndarray, np.ndarray]] | None:
@@ -91,16 +98,10 @@ class InfoColumns:
             ``({key: (values, mask)}, {key: python}, {key: [(env, value), ...]})``: the
             third holds keys whose columns differ between groups in type, as values.
         """
+        if groups is None and self._plan is not None:
+            return _copy_out(self._plan, self._absent)
         columns: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         python: dict[str, bool] = {}
-        if groups is None and self._plan is not None:
-            absent = self._absent
-            for column, values, mask in self._plan:
-                m = mask.copy()
-                if m.tobytes() != absent:  # m.any(), in a tenth of the time
-                    columns[column.key] = (values.copy(), m)
-                    python[column.key] = column.python
-            return columns, python, {}
         chosen = range(self.layout.n_groups) if groups is None else groups
         parts: dict[str, list[tuple[int, Column, np.ndarray, np.ndarray]]] = {}
         for g in chosen:
@@ -131,6 +132,22 @@ class InfoColumns:
             columns[key] = (out, out_mask)
             python[key] = column.python
         return columns, python, mixed
+
+    def read_group(self, g: int) -> Read:
+        """As :meth:`read`, for group ``g`` alone: arrays with a row per env of ``g``."""
+        return _copy_out(self._group_plans[g], self._group_absent[g])
+
+
+def _copy_out(plan: list[tuple[Column, np.ndarray, np.ndarray]], absent: bytes) -> Read:
+    """Fresh copies of the planned columns that some row has (``absent``: no row's)."""
+    columns: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    python: dict[str, bool] = {}
+    for column, values, mask in plan:
+        m = mask.copy()
+        if m.tobytes() != absent:  # m.any(), in a tenth of the time
+            columns[column.key] = (values.copy(), m)
+            python[column.key] = column.python
+    return columns, python, {}
 
 
 def merge(read: Read, pairs: Pairs, n: int, add_info: AddInfo) -> dict[str, Any]:

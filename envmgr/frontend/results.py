@@ -90,11 +90,13 @@ class BatchReader:
     def read_groups(
         self, groups: list[int]
     ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any], np.ndarray]:
-        """``recv``'s usual answer: the rows of ``groups`` (ascending), their env ids, no
-        infos; fresh arrays. Only with observations in the arrays (see :meth:`read_batch`)."""
+        """``recv``'s usual answer: the rows of ``groups`` (ascending), their env ids and
+        their column infos (no answers, so nothing pickled); fresh arrays. Only with
+        observations in the arrays (see :meth:`read_batch`)."""
         b = self.buffers
         if len(groups) == 1:
-            rows, ids = self._rows[groups[0]]
+            g = groups[0]
+            rows, ids = self._rows[g]
             ids = ids.copy()
             views = self.views
             obs = (
@@ -104,10 +106,14 @@ class BatchReader:
             )
             rewards, terms = b.rewards[rows].copy(), b.terminations[rows].copy()
             truncs = b.truncations[rows].copy()
-        else:
-            ids = np.concatenate([self._rows[g][1] for g in sorted(groups)])
-            obs = tree_map(lambda a: a[ids], self.views)  # fancy indexing copies
-            rewards, terms, truncs = b.rewards[ids], b.terminations[ids], b.truncations[ids]
+            # The group's own rows of each column, no batch-wide arrays to cut down (with
+            # no pickled values, merge never calls add_info, whose num_envs is the batch's).
+            columns = self.columns
+            infos = merge(columns.read_group(g), (), len(ids), self.add_info) if columns.any else {}
+            return obs, rewards, terms, truncs, infos, ids
+        ids = np.concatenate([self._rows[g][1] for g in sorted(groups)])
+        obs = tree_map(lambda a: a[ids], self.views)  # fancy indexing copies
+        rewards, terms, truncs = b.rewards[ids], b.terminations[ids], b.truncations[ids]
         infos = self._column_infos(groups)
         return obs, rewards, terms, truncs, infos if not infos else rows_of_info(infos, ids), ids
 
