@@ -7,8 +7,9 @@ numbers is typed by hand: this script runs each command in a subprocess, exactly
 README shows it (plus, where a command writes a file, an option sending that file to a
 scratch directory), and writes ``benchmarks/results/outputs/<name>.json`` with the
 command, the date, the machine (``run_context.machine_info``), the load average, the git
-commit and the captured output with the numbers parsed from it. ``tables_outputs.py``
-renders those records into the README's marked blocks.
+commit (and any uncommitted change outside benchmarks/results/) and the captured output
+with the numbers parsed from it. ``tables_outputs.py`` renders those records into the
+README's marked blocks.
 
 Usage (from the repository root, with this checkout's envmgr importable)::
 
@@ -125,6 +126,26 @@ def envmgr_imported_from() -> str:
     return proc.stdout.strip()
 
 
+def source_changes() -> list[str] | None:
+    """``git status --porcelain`` of the checkout outside benchmarks/results/ (``None``: no git).
+
+    ``machine_info``'s ``git_dirty`` counts the records written earlier in the same
+    recording as changes; this says whether the code that ran differs from the commit.
+    """
+    try:
+        proc = subprocess.run(
+            ["git", "status", "--porcelain", "--", ".", ":(exclude)benchmarks/results"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout.splitlines()
+
+
 def record(name: str, out: Path, runs: list[dict[str, Any]], **more: Any) -> dict[str, Any]:
     """Write ``out/<name>.json``: the runs, with when, where and at which commit they ran."""
     from run_context import machine_info
@@ -134,6 +155,7 @@ def record(name: str, out: Path, runs: list[dict[str, Any]], **more: Any) -> dic
         "started_at": more.pop("started_at"),
         "load_average_at_start": more.pop("load_average"),
         "machine": machine_info(envpool_msg="not used"),
+        "source_changes": source_changes(),
         "envmgr_imported_from": envmgr_imported_from(),
         "runs": runs,
         **more,
