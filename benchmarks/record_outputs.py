@@ -167,11 +167,13 @@ def record(name: str, out: Path, runs: list[dict[str, Any]], **more: Any) -> dic
     return report
 
 
-def start() -> dict[str, Any]:
-    """When a recording starts, and how busy the machine was (1, 5, 15 min load average)."""
+def start(*rerun: str) -> dict[str, Any]:
+    """When a recording starts, how busy the machine was (1, 5, 15 min load average), and
+    the command that records it again (``record_outputs.py`` with ``rerun``)."""
     return {
         "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "load_average": [round(x, 2) for x in os.getloadavg()],
+        "rerun": "python benchmarks/record_outputs.py " + shlex.join(rerun),
     }
 
 
@@ -199,10 +201,10 @@ def parse_demo(stdout: str) -> dict[str, Any]:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """``python -m envmgr demo``: its whole printed output."""
-    when = start()
     shown = ["-m", "envmgr", "demo"]
     if args.seconds is not None:
         shown += ["--seconds", f"{args.seconds:g}"]
+    when = start("demo", *shown[3:])
     r = run(shown)
     if r["returncode"] == 0:
         r["parsed"] = parse_demo(r["stdout"])
@@ -228,7 +230,11 @@ def soak_run(steps: int, kill_every: float, context: str | None) -> dict[str, An
 
 def cmd_soak(args: argparse.Namespace) -> int:
     """``benchmarks/soak.py`` at the default start method, then under fork with more kills."""
-    when = start()
+    when = start(
+        "soak",
+        *("--steps", str(args.steps), "--kill-every", f"{args.kill_every:g}"),
+        *("--fork-kill-every", f"{args.fork_kill_every:g}"),
+    )
     runs = [soak_run(args.steps, args.kill_every, None)]
     if args.fork_kill_every > 0:
         runs.append(soak_run(args.steps, args.fork_kill_every, "fork"))
@@ -310,12 +316,13 @@ def example_run(
 
 def cmd_examples(args: argparse.Namespace) -> int:
     """examples/sb3_ppo.py and examples/train_cartpole.py, ``--seed 0`` (and more CEM seeds)."""
-    when = start()
+    seeds = [0, *(s for s in args.cem_seeds if s != 0)]
+    rerun = ("examples", "--cem-seeds", ",".join(map(str, seeds[1:])))
+    when = start(*rerun)
     one_thread = {"OMP_NUM_THREADS": "1"}  # PyTorch's pool would spin against the workers
     sb3 = [example_run(["examples/sb3_ppo.py", "--seed", "0"], parse_sb3, one_thread)]
     record("example_sb3_ppo", args.out, sb3, **when)
-    when = start()
-    seeds = [0, *(s for s in args.cem_seeds if s != 0)]
+    when = start(*rerun)
     cem = [example_run(["examples/train_cartpole.py", "--seed", str(s)], parse_cem) for s in seeds]
     record("example_train_cartpole", args.out, cem, **when)
     return 1 if failed(sb3 + cem) else 0
@@ -385,7 +392,7 @@ def extras_present(installed: dict[str, str]) -> list[str] | None:
 
 def cmd_install_size(args: argparse.Namespace) -> int:
     """``du`` of a virtual environment, of its PyTorch and of its CUDA libraries."""
-    when = start()
+    when = start("install-size", "--venv", str(args.venv))
     venv = args.venv.absolute()
     site = sorted(venv.glob("lib/python3*/site-packages"))
     if not venv.is_dir() or not site:
