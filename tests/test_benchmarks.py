@@ -239,3 +239,74 @@ def test_realenv_quick_measures_every_implementation(tmp_path: Path) -> None:
         "envmgr-caller",
     }
     assert "| halfcheetah, n=4 |" in proc.stdout
+
+
+RENDER_OUTPUTS = """
+import json, sys
+from pathlib import Path
+import record_outputs, tables_outputs
+out = Path(sys.argv[1])
+print(tables_outputs.demo_block(out / "demo.json"))
+print(tables_outputs.soak_paragraph(out / "soak.json"))
+print(tables_outputs.install_size_sentence(out / "install_size.json"))
+# The committed example records: their numbers are what the parsers read from their output.
+for name, parse in (("example_sb3_ppo", record_outputs.parse_sb3),
+                    ("example_train_cartpole", record_outputs.parse_cem)):
+    for run in json.loads((record_outputs.OUTPUTS / f"{name}.json").read_text())["runs"]:
+        assert parse(run["stdout"]) == run["parsed"], (name, run["command"])
+"""
+
+
+def test_record_outputs_smoke(tmp_path: Path) -> None:
+    """record_outputs.py's demo, soak and install-size, at tiny sizes, write records that
+    tables_outputs.py renders. Its ``examples`` is left out: it trains to CartPole's solved
+    mark (about a minute); the examples themselves are smoke-run by test_train_example.py
+    and test_sb3.py."""
+    out = tmp_path / "outputs"
+    run("record_outputs.py", "--out", str(out), "demo", "--seconds", "0.3", cwd=tmp_path)
+    run(
+        "record_outputs.py", "--out", str(out), "soak", "--steps", "3200",
+        "--kill-every", "0.05", "--fork-kill-every", "0.05",
+        cwd=tmp_path,
+    )  # fmt: skip
+    site = tmp_path / "venv" / "lib" / "python3.11" / "site-packages"
+    (site / "torch").mkdir(parents=True)
+    (site / "nvidia").mkdir()
+    (site / "torch" / "lib.so").write_bytes(b"\0" * 200_000)
+    venv = str(tmp_path / "venv")
+    run("record_outputs.py", "--out", str(out), "install-size", "--venv", venv, cwd=tmp_path)
+    assert sorted(p.name for p in out.iterdir()) == ["demo.json", "install_size.json", "soak.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["outputs", "venv"]
+
+    demo = json.loads((out / "demo.json").read_text())
+    (r,) = demo["runs"]
+    assert r["command"] == "python -m envmgr demo --seconds 0.3"
+    assert demo["rerun"] == "python benchmarks/record_outputs.py demo --seconds 0.3"
+    assert r["parsed"]["env_steps"] == 32 * r["parsed"]["batch_steps"] > 0
+    assert Path(demo["envmgr_imported_from"]).parent.parent == BENCH.parent
+    assert {"git_commit", "nproc"} <= set(demo["machine"])
+    assert len(demo["load_average_at_start"]) == 3
+    soak = json.loads((out / "soak.json").read_text())
+    commands = [r["command"] for r in soak["runs"]]
+    assert commands == [
+        "python benchmarks/soak.py --steps 3200 --kill-every 0.05",
+        "python benchmarks/soak.py --steps 3200 --kill-every 0.05 --context fork",
+    ]
+    assert all(r["parsed"]["ok"] and r["parsed"]["steps_lost"] == 0 for r in soak["runs"])
+    (size,) = json.loads((out / "install_size.json").read_text())["runs"]
+    assert size["command"] == f"du -sh {venv}"
+    assert size["parsed"]["torch_kib"] >= 195 and size["parsed"]["packages"] is None
+
+    proc = subprocess.run(
+        [sys.executable, "-c", RENDER_OUTPUTS, str(out)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(BENCH), str(BENCH.parent)])},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "`python -m envmgr demo --seconds 0.3` as recorded in" in proc.stdout
+    assert "```text\nSubprocessEnvManager(" in proc.stdout and "worker_root" in proc.stdout
+    assert "under fork with a kill every 0.05 s" in proc.stdout.lower()
+    assert f"`{venv}`" in proc.stdout and "GiB" in proc.stdout
