@@ -196,6 +196,34 @@ def no_leaks(request: pytest.FixtureRequest) -> Iterator[None]:
     pytest.fail("\n".join(lines), pytrace=False)
 
 
+def _sigint_state() -> tuple[bool, bool]:
+    """Whether SIGINT is ignored, and whether it is blocked, in this thread."""
+    ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    return ignored, signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+
+
+@pytest.fixture(autouse=True)
+def ctrl_c_still_reaches_this_process(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail the test after which SIGINT is ignored or blocked here and was not before.
+
+    Nothing envmgr does may take Ctrl-C away from its user, and a disposition leaked
+    here is inherited by every process the later tests start. (pytest itself may have
+    been started with SIGINT ignored: a non-interactive shell does that to a command
+    it runs in the background. That is no test's doing, so only a change counts.)
+    """
+    before = _sigint_state()
+    yield
+    ignored, blocked = after = _sigint_state()
+    if after == before or not (ignored or blocked):
+        return
+    if ignored and not before[0]:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if blocked and not before[1]:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
+    how = " and ".join(w for w, on in (("ignored", ignored), ("blocked", blocked)) if on)
+    pytest.fail(f"{request.node.nodeid} left SIGINT {how} in the test process", pytrace=False)
+
+
 @pytest.fixture(params=START_METHODS)
 def start_method(request: pytest.FixtureRequest) -> str:
     """Each multiprocessing start method in turn (fork, forkserver, spawn)."""

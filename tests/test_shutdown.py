@@ -56,7 +56,13 @@ UNLINKED_WITHIN = 10.0  # seconds for the resource tracker to unlink an orphaned
 # JSON argument holds extra FaultEnv arguments for every env (e.g. to take one of
 # the workers' exit paths out of play).
 CHILD = r"""
-import json, os, sys, time
+import faulthandler, json, os, signal, sys, time
+faulthandler.register(signal.SIGUSR2, all_threads=True)  # Child.line's stack dump on a hang
+# Ctrl-C as in a Python started from a terminal: pytest may run with SIGINT ignored (a
+# non-interactive shell ignores it in a command it puts in the background), and this
+# interpreter would inherit that.
+signal.signal(signal.SIGINT, signal.default_int_handler)
+signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
 import gymnasium as gym
 import numpy as np
 from fault_envs import fault_env_fns, segment_of
@@ -149,7 +155,9 @@ class Child:
         try:
             got = self.lines.get(timeout=timeout)
         except queue.Empty:
-            raise AssertionError(f"no output from the child within {timeout} s") from None
+            raise AssertionError(
+                f"no output from the child within {timeout} s; {self.post_mortem()}"
+            ) from None
         if got is None:
             self.finish(5.0)
             raise AssertionError(f"the child exited ({self.proc.returncode}): {self.stderr}")
@@ -161,6 +169,21 @@ class Child:
             tok = process_token(pid)
             if tok is not None and tok not in self.tokens:
                 self.tokens.append(tok)
+
+    def post_mortem(self) -> str:
+        """What the silent child was doing: its signal masks (a SIGINT it ignores, say,
+        inherited from whoever started pytest) and every thread's stack, then its stderr
+        (the child is stopped by it)."""
+        try:
+            with open(f"/proc/{self.proc.pid}/status") as f:
+                masks = " ".join(line.strip() for line in f if line.startswith("Sig"))
+        except OSError:
+            masks = "(no /proc status)"
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGUSR2)  # faulthandler writes the stacks
+            time.sleep(1.0)
+        self.finish(5.0)
+        return f"signal masks: {masks}; its stderr:\n{self.stderr}"
 
     def finish(self, timeout: float) -> int:
         """Wait for (and reap) the child; returns its exit code.
