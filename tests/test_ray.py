@@ -86,10 +86,17 @@ def _wait_dead(ray: Any, actor_ids: list[str], seconds: float = 20.0) -> dict[st
 
 
 def _kill(ray: Any, envs: Any, k: int) -> None:
-    """Kill actor ``k`` and wait until Ray reports it dead (ray.kill is asynchronous)."""
+    """Kill actor ``k`` and wait until Ray reports it dead (ray.kill is asynchronous) and
+    its process is gone: the GCS may say DEAD while the process still answers a call
+    sent straight to it (a step then succeeds on the "dead" actor)."""
+    from fault_envs import process_token, wait_gone
+
     actor_id = envs.actor_info[k].actor_id
+    token = process_token(envs.actor_info[k].pid)
+    assert token is not None, "the actor's process (on this machine) is not found"
     ray.kill(envs.actor_handles[k], no_restart=True)
     assert _wait_dead(ray, [actor_id]) == {actor_id: "DEAD"}
+    assert not wait_gone([token], timeout=20, zombie_ok=True), "the killed actor's process lives"
 
 
 def _assert_same(a: Any, b: Any) -> None:

@@ -151,15 +151,21 @@ def _fresh_timers(two_nodes: TwoNodes) -> Iterator[None]:
 
 
 def _kill(envs: Any, k: int) -> None:
-    """Kill actor ``k`` and wait until Ray reports it dead (ray.kill is asynchronous)."""
+    """Kill actor ``k`` and wait until Ray reports it dead (ray.kill is asynchronous) and
+    its process is gone: the GCS may say DEAD while the process still answers a call
+    sent straight to it (a step then succeeds on the "dead" actor)."""
+    from fault_envs import process_token, wait_gone
     from ray._private import state
 
     actor_id = envs.actor_info[k].actor_id
+    token = process_token(envs.actor_info[k].pid)
+    assert token is not None, "the actor's process (on this machine) is not found"
     ray.kill(envs.actor_handles[k], no_restart=True)
     deadline = time.monotonic() + 20
     while state.actors().get(actor_id, {}).get("State") != "DEAD":
         assert time.monotonic() < deadline, f"actor {actor_id} not dead after ray.kill"
         time.sleep(0.1)
+    assert not wait_gone([token], timeout=20, zombie_ok=True), "the killed actor's process lives"
 
 
 def _same(a: Any, b: Any) -> None:
