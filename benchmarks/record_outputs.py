@@ -263,44 +263,38 @@ def _result(stdout: str) -> dict[str, Any]:
     }
 
 
+def _numbers(pattern: str, stdout: str, missing: str) -> dict[str, Any]:
+    """The named groups of ``pattern``'s first match (a line) in ``stdout``, as numbers:
+    ``wall_seconds`` a float, the rest ints with their thousands separators dropped."""
+    m = re.search(pattern, stdout, re.M)
+    if m is None:
+        raise ValueError(missing)
+    return {
+        k: float(v) if k == "wall_seconds" else int(v.replace(",", ""))
+        for k, v in m.groupdict().items()
+    }
+
+
 def parse_sb3(stdout: str) -> dict[str, Any]:
     """examples/sb3_ppo.py: solved or not, mean return, env steps, wall time, envs, workers."""
-    m = re.search(
-        r"^(\d+) env steps in ([\d.]+) s wall \(([\d,]+) env-steps/s with the learner\), "
-        r"(\d+) envs in (\d+) worker processes",
-        stdout,
-        re.M,
+    line = (
+        r"^(?P<env_steps>\d+) env steps in (?P<wall_seconds>[\d.]+) s wall "
+        r"\((?P<env_steps_per_second>[\d,]+) env-steps/s with the learner\), "
+        r"(?P<n_envs>\d+) envs in (?P<n_workers>\d+) worker processes"
     )
-    if m is None:
-        raise ValueError("no env-steps line in sb3_ppo.py's output")
-    return _result(stdout) | {
-        "env_steps": int(m[1]),
-        "wall_seconds": float(m[2]),
-        "env_steps_per_second": int(m[3].replace(",", "")),
-        "n_envs": int(m[4]),
-        "n_workers": int(m[5]),
-    }
+    return _result(stdout) | _numbers(line, stdout, "no env-steps line in sb3_ppo.py's output")
 
 
 def parse_cem(stdout: str) -> dict[str, Any]:
     """examples/train_cartpole.py: solved or not, mean return, episodes, env steps, wall."""
-    m = re.search(
-        r"^(\d+) episodes, (\d+) env steps, (\d+) CEM generations, ([\d.]+) s wall, "
-        r"([\d,]+) env-steps/s \(SPS\), (\d+) envs in (\d+) worker processes",
-        stdout,
-        re.M,
+    line = (
+        r"^(?P<episodes>\d+) episodes, (?P<env_steps>\d+) env steps, "
+        r"(?P<generations>\d+) CEM generations, (?P<wall_seconds>[\d.]+) s wall, "
+        r"(?P<env_steps_per_second>[\d,]+) env-steps/s \(SPS\), "
+        r"(?P<n_envs>\d+) envs in (?P<n_workers>\d+) worker processes"
     )
-    if m is None:
-        raise ValueError("no episodes line in train_cartpole.py's output")
-    return _result(stdout) | {
-        "episodes": int(m[1]),
-        "env_steps": int(m[2]),
-        "generations": int(m[3]),
-        "wall_seconds": float(m[4]),
-        "env_steps_per_second": int(m[5].replace(",", "")),
-        "n_envs": int(m[6]),
-        "n_workers": int(m[7]),
-    }
+    missing = "no episodes line in train_cartpole.py's output"
+    return _result(stdout) | _numbers(line, stdout, missing)
 
 
 def example_run(

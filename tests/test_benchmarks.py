@@ -35,6 +35,20 @@ def run(script: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return proc
 
 
+def run_code(code: str, *args: str, cwd: Path, timeout: float = 120) -> str:
+    """``python -c code args`` with benchmarks/ importable; returns its stdout."""
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(BENCH), str(BENCH.parent)])},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
 def test_throughput_ceiling_extras_and_output_in_cwd(tmp_path: Path) -> None:
     proc = run(
         "throughput.py",
@@ -106,16 +120,8 @@ def test_policy_loop_writes_under_results_by_default(tmp_path: Path) -> None:
     """Without --out a run's record goes to benchmarks/results/, not the directory it was
     started from (quick runs once littered the repository root)."""
     code = "import policy_loop; print(policy_loop.parse_args(['--quick']).out)"
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(BENCH), str(BENCH.parent)])},
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert Path(proc.stdout.strip()) == BENCH / "results"
+    out = run_code(code, cwd=tmp_path)
+    assert Path(out.strip()) == BENCH / "results"
     assert list(tmp_path.iterdir()) == []
 
 
@@ -194,16 +200,8 @@ print("ok", len(fig.axes))
 
 
 def test_plot_keeps_labels_off_the_data_and_colours_apart(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-c", PLOT_CHECK, str(BENCH / "results/2026-12-02/throughput.json")],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(BENCH), str(BENCH.parent)])},
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.startswith("ok")
+    out = run_code(PLOT_CHECK, str(BENCH / "results/2026-12-02/throughput.json"), cwd=tmp_path)
+    assert out.startswith("ok")
 
 
 def test_replot_redraws_the_png_beside_a_report(tmp_path: Path) -> None:
@@ -297,16 +295,8 @@ def test_record_outputs_smoke(tmp_path: Path) -> None:
     assert size["command"] == f"du -sh {venv}"
     assert size["parsed"]["torch_kib"] >= 195 and size["parsed"]["packages"] is None
 
-    proc = subprocess.run(
-        [sys.executable, "-c", RENDER_OUTPUTS, str(out)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(BENCH), str(BENCH.parent)])},
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "`python -m envmgr demo --seconds 0.3` as recorded in" in proc.stdout
-    assert "```text\nSubprocessEnvManager(" in proc.stdout and "worker_root" in proc.stdout
-    assert "under fork with a kill every 0.05 s" in proc.stdout.lower()
-    assert f"`{venv}`" in proc.stdout and "GiB" in proc.stdout
+    rendered = run_code(RENDER_OUTPUTS, str(out), cwd=tmp_path, timeout=60)
+    assert "`python -m envmgr demo --seconds 0.3` as recorded in" in rendered
+    assert "```text\nSubprocessEnvManager(" in rendered and "worker_root" in rendered
+    assert "under fork with a kill every 0.05 s" in rendered.lower()
+    assert f"`{venv}`" in rendered and "GiB" in rendered
