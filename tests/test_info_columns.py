@@ -25,7 +25,7 @@ from test_promises import traffic
 
 from envmgr import SubprocessEnvManager
 from envmgr.envside.info_writer import InfoWriter
-from envmgr.frontend.infos import InfoColumns
+from envmgr.frontend.infos import InfoColumns, merge
 from envmgr.frontend.results import RESTARTED_INFO_KEY
 from envmgr.protocol.info_columns import ROW_BYTES
 from envmgr.protocol.layout import Layout
@@ -339,3 +339,43 @@ def test_whole_batches_of_the_same_keys_and_any_change_from_them_read_back_alike
     huge = [(i, {"k": 2**70 + i}) for i in range(3)]
     assert writer.split(huge) == huge
     assert [c.key for c in writer.schema().columns] == []
+
+
+class _Batch(gym.vector.VectorEnv):  # type: ignore[type-arg]
+    """Just enough of a VectorEnv for its ``_add_info`` (which reads ``num_envs``)."""
+
+    def __init__(self, num_envs: int) -> None:
+        self.num_envs = num_envs
+
+
+def test_groups_that_lay_out_their_columns_apart_read_back_as_add_info() -> None:
+    """Two groups that met the same keys in another order (so at other offsets) cannot
+    share one whole-batch view per key; the parent then reads each group's rows through
+    the group's own views, and gets what ``_add_info`` builds for the same values."""
+    layout = Layout.of([2, 3])
+    arena = np.zeros((layout.num_envs, ROW_BYTES), dtype=np.uint8)
+    reader = InfoColumns(arena, layout)
+    pairs: list[tuple[int, dict[str, Any]]] = []
+    for g, keys in enumerate([("a", "b"), ("b", "a", "c")]):
+        start, size = layout.starts[g], layout.sizes[g]
+        writer = InfoWriter(arena[start : start + size])
+        local = [
+            (i, {k: np.float64(10 * (start + i) + j) for j, k in enumerate(keys)})
+            for i in range(size)
+        ]
+        if g == 1:
+            del local[1][1]["c"]  # a gap: that row reads zero, unmasked
+        assert writer.split(local) == []
+        reader.update(g, writer.schema())
+        pairs += [(start + i, info) for i, info in local]
+    assert reader._plan is None  # the offsets differ: this is the per-group path
+    add_info = _Batch(layout.num_envs)._add_info
+    expected: dict[str, Any] = {}
+    for env, info in pairs:
+        add_info(expected, info, env)
+    got = merge(reader.read(None), (), layout.num_envs, add_info)
+    assert_same(got, expected)
+    # One group's rows alone, zero elsewhere (as for first-ready's recv of some groups).
+    alone = merge(reader.read([1]), (), layout.num_envs, add_info)
+    assert alone["_a"].tolist() == [False, False, True, True, True]
+    assert alone["c"].tolist() == [0.0, 0.0, 22.0, 0.0, 42.0]

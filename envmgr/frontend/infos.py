@@ -104,13 +104,11 @@ class InfoColumns:
         python: dict[str, bool] = {}
         chosen = range(self.layout.n_groups) if groups is None else groups
         parts: dict[str, list[tuple[int, Column, np.ndarray, np.ndarray]]] = {}
+        starts, plans, absent = self.layout.starts, self._group_plans, self._group_absent
         for g in chosen:
-            start, size = self.layout.starts[g], self.layout.sizes[g]
-            rows = self.arena[start : start + size]
-            for column in self.schemas[g].columns:
-                values, mask = views(rows, column)
-                if mask.any():
-                    parts.setdefault(column.key, []).append((start, column, values, mask))
+            for column, values, mask in plans[g]:
+                if mask.tobytes() != absent[g]:  # mask.any(), in a tenth of the time
+                    parts.setdefault(column.key, []).append((starts[g], column, values, mask))
         n = self.layout.num_envs
         mixed: dict[str, list[tuple[int, Any]]] = {}
         for key, got in parts.items():
