@@ -2,8 +2,8 @@
 """What one Ray actor call costs here, against a pipe round trip between two processes.
 
 Three round trips, driver to one actor and back, each timed as ``--calls`` calls in a row
-(the per-call mean of a round), the kinds interleaved round by round; the result is the
-median over ``--rounds`` rounds:
+(the per-call mean of a round), the kinds interleaved round by round after ``--warmup``
+seconds of calls; the result is the median over ``--rounds`` rounds:
 
 * ``ray_bare``: ``ray.get(actor.echo.remote(None))``, nothing carried;
 * ``ray_arrays``: a 64-env CartPole step's arrays as Ray passes them: the actions
@@ -23,7 +23,7 @@ Rerun, and put the result into README.md and docs/ray.md::
     python benchmarks/record_outputs.py ray-call
     python benchmarks/bench_report.py --write
 
-or on its own: ``python benchmarks/ray_call.py [--rounds 5] [--calls 300] [--json PATH]``.
+or on its own: ``python benchmarks/ray_call.py [--rounds 9] [--calls 200] [--json PATH]``.
 """
 
 from __future__ import annotations
@@ -116,8 +116,9 @@ def pipe_rounds(rounds: int, calls: int) -> list[float]:
             proc.join()
 
 
-def ray_rounds(rounds: int, calls: int) -> dict[str, list[float]]:
-    """µs per Ray round trip of each kind, one value per round."""
+def ray_rounds(rounds: int, calls: int, warmup: float) -> dict[str, list[float]]:
+    """µs per Ray round trip of each kind, one value per round, after ``warmup`` seconds of
+    calls (Ray's own processes are still starting for a few seconds after ``ray.init``)."""
     import ray
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
@@ -134,8 +135,10 @@ def ray_rounds(rounds: int, calls: int) -> dict[str, list[float]]:
             "ray_arrays": lambda: ray.get(actor.arrays.remote(actions)),
             "ray_packed": packed,
         }
-        for fn in fns.values():
-            per_call_us(fn, 50)  # warm up (the actor starts on the first call)
+        end = time.perf_counter() + warmup
+        while time.perf_counter() < end:
+            for fn in fns.values():
+                per_call_us(fn, 10)
         out: dict[str, list[float]] = {k: [] for k in fns}
         for _ in range(rounds):
             for name, fn in fns.items():
@@ -145,12 +148,17 @@ def ray_rounds(rounds: int, calls: int) -> dict[str, list[float]]:
         ray.shutdown()
 
 
-def measure(rounds: int, calls: int) -> dict[str, Any]:
-    per_round = {"pipe": pipe_rounds(rounds, calls * 10)} | ray_rounds(rounds, calls)
+def measure(rounds: int, calls: int, warmup: float) -> dict[str, Any]:
+    per_round = {"pipe": pipe_rounds(rounds, calls * 10)} | ray_rounds(rounds, calls, warmup)
     import ray
 
     return {
-        "config": {"rounds": rounds, "ray_calls": calls, "pipe_calls": calls * 10},
+        "config": {
+            "rounds": rounds,
+            "ray_calls": calls,
+            "pipe_calls": calls * 10,
+            "warmup_seconds": warmup,
+        },
         "n_envs": N_ENVS,
         "ray": ray.__version__,
         "kinds": {
@@ -166,11 +174,12 @@ def measure(rounds: int, calls: int) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--rounds", type=int, default=5, help="rounds; the median is reported")
-    p.add_argument("--calls", type=int, default=300, help="Ray calls per round (pipe: 10x)")
+    p.add_argument("--rounds", type=int, default=9, help="rounds; the median is reported")
+    p.add_argument("--calls", type=int, default=200, help="Ray calls per round (pipe: 10x)")
+    p.add_argument("--warmup", type=float, default=5.0, help="seconds of Ray calls first")
     p.add_argument("--json", type=Path, default=None, help="also write the result here")
     args = p.parse_args(argv)
-    result = measure(args.rounds, args.calls)
+    result = measure(args.rounds, args.calls, args.warmup)
     print(f"µs per round trip, median of {args.rounds} rounds (Ray {result['ray']})")
     for k in result["kinds"].values():
         print(f"{k['median_us']:>10,.1f}  {k['what']}")

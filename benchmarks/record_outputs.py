@@ -276,7 +276,7 @@ def cmd_cost(args: argparse.Namespace) -> int:
 COST_SCRIPTS = {
     "check-cost": ("check_cost", "benchmarks/check_cost.py", ("rounds", "number")),
     "syscall": ("syscall_cost", "benchmarks/syscall_cost.py", ("rounds", "number")),
-    "ray-call": ("ray_call", "benchmarks/ray_call.py", ("rounds", "calls")),
+    "ray-call": ("ray_call", "benchmarks/ray_call.py", ("rounds", "calls", "warmup")),
 }
 
 
@@ -520,9 +520,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         )
     for what, s in costs.items():
         for option in COST_SCRIPTS[what][2]:
-            s.add_argument(f"--{option}", type=int, default=None, help=f"the script's --{option}")
+            kind = float if option == "warmup" else int
+            s.add_argument(f"--{option}", type=kind, default=None, help=f"the script's --{option}")
         s.set_defaults(func=cmd_cost)
-    for option in ("rounds", "number", "calls"):
+    for option in ("rounds", "number", "calls", "warmup"):
         every.set_defaults(**{option: None})  # the cost scripts' own defaults
     demo.set_defaults(func=cmd_demo)
     soak.set_defaults(func=cmd_soak)
