@@ -1,9 +1,10 @@
 #!/usr/bin/env python
 """What one Ray actor call costs here, against a pipe round trip between two processes.
 
-Three round trips, driver to one actor and back, each timed as ``--calls`` calls in a row
-(the per-call mean of a round), the kinds interleaved round by round after ``--warmup``
-seconds of calls; the result is the median over ``--rounds`` rounds:
+Three round trips, driver to one actor and back, each timed call by call, ``--calls`` calls
+in a row per round (a round's value: its median call), the kinds interleaved round by round
+after ``--warmup`` seconds of calls; the result is the median over ``--rounds`` rounds, and
+each Ray kind's ratio to ``ray_arrays`` the median of the per-round ratios:
 
 * ``ray_bare``: ``ray.get(actor.echo.remote(None))``, nothing carried;
 * ``ray_arrays``: a 64-env CartPole step's arrays as Ray passes them: the actions
@@ -88,10 +89,13 @@ def _echo_child(conn: Connection) -> None:
 
 
 def per_call_us(fn: Callable[[], Any], calls: int) -> float:
-    t0 = time.perf_counter()
+    """The median µs of ``calls`` calls of ``fn``, each timed on its own."""
+    times = []
     for _ in range(calls):
+        t0 = time.perf_counter()
         fn()
-    return (time.perf_counter() - t0) / calls * 1e6
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e6
 
 
 def pipe_rounds(rounds: int, calls: int) -> list[float]:
@@ -152,6 +156,8 @@ def measure(rounds: int, calls: int, warmup: float) -> dict[str, Any]:
     per_round = {"pipe": pipe_rounds(rounds, calls * 10)} | ray_rounds(rounds, calls, warmup)
     import ray
 
+    pairs = zip(per_round["ray_packed"], per_round["ray_arrays"], strict=True)
+    ratios = [packed / arrays for packed, arrays in pairs]
     return {
         "config": {
             "rounds": rounds,
@@ -169,6 +175,10 @@ def measure(rounds: int, calls: int, warmup: float) -> dict[str, Any]:
             }
             for k, us in per_round.items()
         },
+        "packed_over_arrays": {
+            "median": statistics.median(ratios),
+            "per_round": [round(x, 3) for x in ratios],
+        },
     }
 
 
@@ -183,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"µs per round trip, median of {args.rounds} rounds (Ray {result['ray']})")
     for k in result["kinds"].values():
         print(f"{k['median_us']:>10,.1f}  {k['what']}")
+    ratio = result["packed_over_arrays"]["median"]
+    print(f"pickled bytes / tuple of arrays: {ratio:.2f}x (median of per-round ratios)")
     if args.json is not None:
         args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     return 0
