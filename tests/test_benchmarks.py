@@ -300,3 +300,68 @@ def test_record_outputs_smoke(tmp_path: Path) -> None:
     assert "```text\nSubprocessEnvManager(" in rendered and "worker_root" in rendered
     assert "under fork with a kill every 0.05 s" in rendered.lower()
     assert f"`{venv}`" in rendered and "GiB" in rendered
+
+
+RENDER_COSTS = """
+import sys
+from pathlib import Path
+import tables_costs
+out = Path(sys.argv[1])
+for arg in sys.argv[2:]:  # renderer:record
+    name, record = arg.split(":")
+    print(getattr(tables_costs, name)(out / record))
+"""
+
+
+def test_check_cost_and_syscall_recorders_smoke(tmp_path: Path) -> None:
+    """record_outputs.py's check-cost and syscall, at tiny sizes, write records (one
+    median per space and mode, per call) that tables_costs.py renders."""
+    out = tmp_path / "outputs"
+    run("record_outputs.py", "--out", str(out), "check-cost", "--rounds", "1", "--number", "20",
+        cwd=tmp_path)  # fmt: skip
+    run("record_outputs.py", "--out", str(out), "syscall", "--rounds", "2", "--number", "50",
+        cwd=tmp_path)  # fmt: skip
+    assert sorted(p.name for p in out.iterdir()) == ["check_cost.json", "syscall_cost.json"]
+    check = json.loads((out / "check_cost.json").read_text())
+    (r,) = check["runs"]
+    assert r["command"] == "python benchmarks/check_cost.py --rounds 1 --number 20"
+    assert check["rerun"] == "python benchmarks/record_outputs.py check-cost --rounds 1 --number 20"
+    assert {"git_commit", "nproc"} <= set(check["machine"])
+    p = r["parsed"]
+    assert p["modes"] == ["safe", "strict", "off"] and p["config"]["n_envs"] == 64
+    assert len(p["cases"]) == 5 * 3 and all(len(c["rounds_us"]) == 1 for c in p["cases"])
+    assert all(c["median_us"] > 0 for c in p["cases"])
+    sys_calls = json.loads((out / "syscall_cost.json").read_text())["runs"][0]["parsed"]["calls"]
+    assert set(sys_calls) == {"perf_counter_ns", "getppid", "poll", "pipe_write_read"}
+    assert all(len(c["rounds_ns"]) == 2 and c["median_ns"] > 0 for c in sys_calls.values())
+    rendered = run_code(
+        RENDER_COSTS, str(out), "check_cost_table:check_cost.json",
+        "syscall_sentence:syscall_cost.json", cwd=tmp_path, timeout=60,
+    )  # fmt: skip
+    assert '| µs per valid batch of 64 | `"safe"` | `"strict"` | `"off"` |' in rendered
+    assert "| MultiBinary(8), int64 batch | " in rendered
+    assert "A bare syscall (`os.getppid()`) costs " in rendered
+    assert "rerun: `python benchmarks/record_outputs.py syscall --rounds 2 --number 50`" in rendered
+
+
+def test_ray_call_recorder_smoke(tmp_path: Path) -> None:
+    """record_outputs.py ray-call, at a tiny size, records every round trip (Ray started
+    and shut down in the script) and tables_costs.py renders them."""
+    pytest.importorskip("ray")
+    out = tmp_path / "outputs"
+    run("record_outputs.py", "--out", str(out), "ray-call", "--rounds", "1", "--calls", "3",
+        "--warmup", "0.2", cwd=tmp_path)  # fmt: skip
+    report = json.loads((out / "ray_call.json").read_text())
+    (r,) = report["runs"]
+    assert r["command"] == "python benchmarks/ray_call.py --rounds 1 --calls 3 --warmup 0.2"
+    kinds = r["parsed"]["kinds"]
+    assert set(kinds) == {"pipe", "ray_bare", "ray_arrays", "ray_packed"}
+    assert all(k["median_us"] > 0 and len(k["rounds_us"]) == 1 for k in kinds.values())
+    assert len(r["parsed"]["packed_over_arrays"]["per_round"]) == 1
+    rendered = run_code(
+        RENDER_COSTS, str(out), "ray_call_sentence:ray_call.json",
+        "ray_call_table:ray_call.json", cwd=tmp_path, timeout=60,
+    )  # fmt: skip
+    assert "A Ray actor call's round trip, carrying nothing, took " in rendered
+    assert "| Ray actor call, nothing carried | " in rendered
+    assert "x the time of a tuple of arrays (median of the per-round ratios" in rendered
