@@ -1,8 +1,9 @@
 """Small costs the prose of README.md and docs/*.md quotes, from recorded results.
 
 The action check per ``check_actions`` mode, a bare syscall, a Ray actor call against a
-pipe round trip: each is rendered from a record in ``benchmarks/results/outputs/``
-written by ``python benchmarks/record_outputs.py check-cost | syscall | ray-call``
+pipe round trip, and how far identical workers' env times drift apart: each is rendered
+from a record in ``benchmarks/results/outputs/`` written by
+``python benchmarks/record_outputs.py check-cost | syscall | ray-call | demo | examples``
 (the note under each block names its rerun command), then
 ``python benchmarks/bench_report.py --write``.
 
@@ -13,11 +14,12 @@ scratch directory) renders the same way.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 from doc_tables import load_json, markdown, table
-from tables_outputs import OUTPUTS, _failed, note
+from tables_outputs import OUTPUTS, _failed, _where, note
 
 
 def _parsed(path: Path) -> tuple[dict[str, Any], dict[str, Any] | None, str]:
@@ -129,3 +131,45 @@ def ray_call_vs_pipe() -> str:
 @table("ray-call")
 def ray_call() -> str:
     return ray_call_table()
+
+
+# ----------------------------------------------------------------- identical workers
+
+#: The worker view's last line: how far the busiest worker's env time is above the median.
+_LEAD = re.compile(r"^straggler: .*?([\d.]+)% above the median", re.M)
+
+
+def worker_leads(paths: list[Path]) -> list[tuple[str, float]]:
+    """(command, the busiest worker's lead in %) of every recorded run that printed one."""
+    found = []
+    for path in paths:
+        for run in load_json(path)["runs"]:
+            m = _LEAD.search(run.get("stdout", ""))
+            if m:
+                found.append((run["command"], float(m[1])))
+    return found
+
+
+WORKER_RECORDS = [
+    OUTPUTS / name for name in ("demo.json", "example_sb3_ppo.json", "example_train_cartpole.json")
+]
+
+
+def worker_noise_sentence(paths: list[Path] = WORKER_RECORDS) -> str:
+    """The spread of identical workers' env times in the recorded runs, from their worker view."""
+    leads = worker_leads(paths)
+    if not leads:
+        return "No recorded run printed a worker view."
+    values = [x for _, x in leads]
+    files = ", ".join(f"`{_where(p)}`" for p in paths)
+    return (
+        f"In the {len(leads)} recorded runs of the demo and the examples (identical envs in "
+        f"every worker), the busiest worker's env time was {min(values):.1f}-{max(values):.1f}% "
+        f"above the median worker's.\n*From the `straggler:` lines in {files}; rerun: "
+        "`python benchmarks/record_outputs.py demo` and `... examples`.*"
+    )
+
+
+@table("worker-noise")
+def worker_noise() -> str:
+    return worker_noise_sentence()

@@ -365,3 +365,29 @@ def test_ray_call_recorder_smoke(tmp_path: Path) -> None:
     assert "A Ray actor call's round trip, carrying nothing, took " in rendered
     assert "| Ray actor call, nothing carried | " in rendered
     assert "x the time of a tuple of arrays (median of the per-round ratios" in rendered
+
+
+WORKER_NOISE = """
+import sys
+from pathlib import Path
+import tables_costs
+print(tables_costs.worker_noise_sentence([Path(sys.argv[1])]))
+"""
+
+
+def test_worker_noise_reads_every_recorded_worker_view(tmp_path: Path) -> None:
+    """The busiest worker's lead is read from each run's ``straggler:`` line, whichever way
+    the line reads; a run that printed no worker view is passed over."""
+    quiet = "straggler: none (worker_1 has the most env time, 0.5% above the median 1.14 s: ...)"
+    named = (
+        "straggler: worker_0 spent 1.50 s in env calls (10 calls, 150 ms each), "
+        "31.2% above the median 1.14 s (named from 20%); fastest: worker_1, 1.10 s"
+    )
+    runs = [{"command": f"python x.py --seed {i}", "stdout": f"...\n{line}\n"}
+            for i, line in enumerate((quiet, named, "no worker view"))]  # fmt: skip
+    record = tmp_path / "runs.json"
+    record.write_text(json.dumps({"runs": runs}), encoding="utf-8")
+    rendered = run_code(WORKER_NOISE, str(record), cwd=tmp_path, timeout=60)
+    assert "In the 2 recorded runs of the demo and the examples" in rendered
+    assert "env time was 0.5-31.2% above the median worker's" in rendered
+    assert f"`{record}`" in rendered
