@@ -349,7 +349,14 @@ _BLOCK = re.compile(
     re.S | re.M,
 )
 #: Modules holding more tables (each registers its own on import): one per kind of results.
-TABLE_MODULES = ("tables_ray", "tables_timers", "tables_realenv", "tables_sb3", "tables_outputs")
+TABLE_MODULES = (
+    "tables_ray",
+    "tables_timers",
+    "tables_realenv",
+    "tables_sb3",
+    "tables_outputs",
+    "tables_costs",
+)
 
 
 def blocks(text: str) -> dict[str, str]:

@@ -2,8 +2,9 @@
 """Run the commands README.md quotes and record what they printed, for its generated passages.
 
 README.md shows what a few commands print or measure: the demo's output, the soak test's
-summary, the two examples' training results and the size of a full install. None of those
-numbers is typed by hand: this script runs each command in a subprocess, exactly as the
+summary, the two examples' training results, the size of a full install, and three small
+costs the prose quotes (the action check, a syscall, a Ray call). None of those numbers is
+typed by hand: this script runs each command in a subprocess, exactly as the
 README shows it (plus, where a command writes a file, an option sending that file to a
 scratch directory), and writes ``benchmarks/results/outputs/<name>.json`` with the
 command, the date, the machine (``run_context.machine_info``), the load average, the git
@@ -17,7 +18,10 @@ Usage (from the repository root, with this checkout's envmgr importable)::
     python benchmarks/record_outputs.py soak          # benchmarks/soak.py, default and fork
     python benchmarks/record_outputs.py examples      # examples/sb3_ppo.py, train_cartpole.py
     python benchmarks/record_outputs.py install-size --venv .ci-venv
-    python benchmarks/record_outputs.py all           # all four, a few minutes on 2 cores
+    python benchmarks/record_outputs.py check-cost    # benchmarks/check_cost.py (seconds)
+    python benchmarks/record_outputs.py syscall       # benchmarks/syscall_cost.py (seconds)
+    python benchmarks/record_outputs.py ray-call      # benchmarks/ray_call.py (starts Ray)
+    python benchmarks/record_outputs.py all           # all of them, a few minutes on 2 cores
     python benchmarks/bench_report.py --write         # then put them into README.md
 
 ``--out DIR`` (before the subcommand) writes the records elsewhere; a smaller run (say
@@ -242,6 +246,40 @@ def cmd_soak(args: argparse.Namespace) -> int:
     return 1 if failed(runs) else 0
 
 
+# ------------------------------------------------------------------ small costs
+
+
+def json_run(shown: list[str]) -> dict[str, Any]:
+    """Run a benchmark script that writes its result with ``--json``; it goes under ``parsed``."""
+    with tempfile.TemporaryDirectory() as scratch:
+        result = Path(scratch) / "result.json"
+        r = run(shown, plumbing=["--json", str(result)])
+        if result.exists():
+            r["parsed"] = json.loads(result.read_text(encoding="utf-8"))
+    return r
+
+
+def cmd_cost(args: argparse.Namespace) -> int:
+    """One of the small-cost scripts (``COST_SCRIPTS``), recorded under its own name."""
+    name, script, names = COST_SCRIPTS[args.what]
+    options: list[str] = []
+    for k in names:
+        if getattr(args, k) is not None:
+            options += [f"--{k}", str(getattr(args, k))]
+    when = start(args.what, *options)
+    r = json_run([script, *options])
+    record(name, args.out, [r], **when)
+    return 1 if failed([r]) else 0
+
+
+#: Subcommand -> (record name, the script it runs, the script's options it passes on).
+COST_SCRIPTS = {
+    "check-cost": ("check_cost", "benchmarks/check_cost.py", ("rounds", "number")),
+    "syscall": ("syscall_cost", "benchmarks/syscall_cost.py", ("rounds", "number")),
+    "ray-call": ("ray_call", "benchmarks/ray_call.py", ("rounds", "calls", "warmup")),
+}
+
+
 # ------------------------------------------------------------------ examples
 
 _RESULT = re.compile(
@@ -432,6 +470,8 @@ def cmd_install_size(args: argparse.Namespace) -> int:
 def cmd_all(args: argparse.Namespace) -> int:
     """Every recording, one after another; 1 if any failed."""
     codes = [cmd_install_size(args), cmd_demo(args), cmd_soak(args), cmd_examples(args)]
+    for what in COST_SCRIPTS:
+        codes.append(cmd_cost(argparse.Namespace(**{**vars(args), "what": what})))
     return max(codes)
 
 
@@ -449,6 +489,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     soak = sub.add_parser("soak", help="benchmarks/soak.py, default start method and fork")
     examples = sub.add_parser("examples", help="examples/sb3_ppo.py and train_cartpole.py")
     size = sub.add_parser("install-size", help="du of a virtual environment")
+    costs = {
+        what: sub.add_parser(what, help=f"{script} (small costs the prose quotes)")
+        for what, (_, script, _) in COST_SCRIPTS.items()
+    }
     every = sub.add_parser("all", help="all of the above")
     for s in (demo, every):
         s.add_argument(
@@ -474,6 +518,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         s.add_argument(
             "--venv", type=Path, default=REPO / ".ci-venv", help="the virtual environment"
         )
+    for what, s in costs.items():
+        for option in COST_SCRIPTS[what][2]:
+            kind = float if option == "warmup" else int
+            s.add_argument(f"--{option}", type=kind, default=None, help=f"the script's --{option}")
+        s.set_defaults(func=cmd_cost)
+    for option in ("rounds", "number", "calls", "warmup"):
+        every.set_defaults(**{option: None})  # the cost scripts' own defaults
     demo.set_defaults(func=cmd_demo)
     soak.set_defaults(func=cmd_soak)
     examples.set_defaults(func=cmd_examples)

@@ -300,3 +300,94 @@ def test_record_outputs_smoke(tmp_path: Path) -> None:
     assert "```text\nSubprocessEnvManager(" in rendered and "worker_root" in rendered
     assert "under fork with a kill every 0.05 s" in rendered.lower()
     assert f"`{venv}`" in rendered and "GiB" in rendered
+
+
+RENDER_COSTS = """
+import sys
+from pathlib import Path
+import tables_costs
+out = Path(sys.argv[1])
+for arg in sys.argv[2:]:  # renderer:record
+    name, record = arg.split(":")
+    print(getattr(tables_costs, name)(out / record))
+"""
+
+
+def test_check_cost_and_syscall_recorders_smoke(tmp_path: Path) -> None:
+    """record_outputs.py's check-cost and syscall, at tiny sizes, write records (one
+    median per space and mode, per call) that tables_costs.py renders."""
+    out = tmp_path / "outputs"
+    run("record_outputs.py", "--out", str(out), "check-cost", "--rounds", "1", "--number", "20",
+        cwd=tmp_path)  # fmt: skip
+    run("record_outputs.py", "--out", str(out), "syscall", "--rounds", "2", "--number", "50",
+        cwd=tmp_path)  # fmt: skip
+    assert sorted(p.name for p in out.iterdir()) == ["check_cost.json", "syscall_cost.json"]
+    check = json.loads((out / "check_cost.json").read_text())
+    (r,) = check["runs"]
+    assert r["command"] == "python benchmarks/check_cost.py --rounds 1 --number 20"
+    assert check["rerun"] == "python benchmarks/record_outputs.py check-cost --rounds 1 --number 20"
+    assert {"git_commit", "nproc"} <= set(check["machine"])
+    p = r["parsed"]
+    assert p["modes"] == ["safe", "strict", "off"] and p["config"]["n_envs"] == 64
+    assert len(p["cases"]) == 5 * 3 and all(len(c["rounds_us"]) == 1 for c in p["cases"])
+    assert all(c["median_us"] > 0 for c in p["cases"])
+    sys_calls = json.loads((out / "syscall_cost.json").read_text())["runs"][0]["parsed"]["calls"]
+    assert set(sys_calls) == {"perf_counter_ns", "getppid", "poll", "pipe_write_read"}
+    assert all(len(c["rounds_ns"]) == 2 and c["median_ns"] > 0 for c in sys_calls.values())
+    rendered = run_code(
+        RENDER_COSTS, str(out), "check_cost_table:check_cost.json",
+        "syscall_sentence:syscall_cost.json", cwd=tmp_path, timeout=60,
+    )  # fmt: skip
+    assert '| µs per valid batch of 64 | `"safe"` | `"strict"` | `"off"` |' in rendered
+    assert "| MultiBinary(8), int64 batch | " in rendered
+    assert "A bare syscall (`os.getppid()`) costs " in rendered
+    assert "rerun: `python benchmarks/record_outputs.py syscall --rounds 2 --number 50`" in rendered
+
+
+def test_ray_call_recorder_smoke(tmp_path: Path) -> None:
+    """record_outputs.py ray-call, at a tiny size, records every round trip (Ray started
+    and shut down in the script) and tables_costs.py renders them."""
+    pytest.importorskip("ray")
+    out = tmp_path / "outputs"
+    run("record_outputs.py", "--out", str(out), "ray-call", "--rounds", "1", "--calls", "3",
+        "--warmup", "0.2", cwd=tmp_path)  # fmt: skip
+    report = json.loads((out / "ray_call.json").read_text())
+    (r,) = report["runs"]
+    assert r["command"] == "python benchmarks/ray_call.py --rounds 1 --calls 3 --warmup 0.2"
+    kinds = r["parsed"]["kinds"]
+    assert set(kinds) == {"pipe", "ray_bare", "ray_arrays", "ray_packed"}
+    assert all(k["median_us"] > 0 and len(k["rounds_us"]) == 1 for k in kinds.values())
+    assert len(r["parsed"]["packed_over_arrays"]["per_round"]) == 1
+    rendered = run_code(
+        RENDER_COSTS, str(out), "ray_call_sentence:ray_call.json",
+        "ray_call_table:ray_call.json", cwd=tmp_path, timeout=60,
+    )  # fmt: skip
+    assert "A Ray actor call's round trip, carrying nothing, took " in rendered
+    assert "| Ray actor call, nothing carried | " in rendered
+    assert "x the time of a tuple of arrays (median of the per-round ratios" in rendered
+
+
+WORKER_NOISE = """
+import sys
+from pathlib import Path
+import tables_costs
+print(tables_costs.worker_noise_sentence([Path(sys.argv[1])]))
+"""
+
+
+def test_worker_noise_reads_every_recorded_worker_view(tmp_path: Path) -> None:
+    """The busiest worker's lead is read from each run's ``straggler:`` line, whichever way
+    the line reads; a run that printed no worker view is passed over."""
+    quiet = "straggler: none (worker_1 has the most env time, 0.5% above the median 1.14 s: ...)"
+    named = (
+        "straggler: worker_0 spent 1.50 s in env calls (10 calls, 150 ms each), "
+        "31.2% above the median 1.14 s (named from 20%); fastest: worker_1, 1.10 s"
+    )
+    runs = [{"command": f"python x.py --seed {i}", "stdout": f"...\n{line}\n"}
+            for i, line in enumerate((quiet, named, "no worker view"))]  # fmt: skip
+    record = tmp_path / "runs.json"
+    record.write_text(json.dumps({"runs": runs}), encoding="utf-8")
+    rendered = run_code(WORKER_NOISE, str(record), cwd=tmp_path, timeout=60)
+    assert "In the 2 recorded runs of the demo and the examples" in rendered
+    assert "env time was 0.5-31.2% above the median worker's" in rendered
+    assert f"`{record}`" in rendered
