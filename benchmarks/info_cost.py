@@ -5,9 +5,10 @@ info keys, as HalfCheetah-v5 does (three np.float64, one np.float32):
 
 * the parent's CPU to read one batch (``BatchReader.read_batch``) with no infos, with
   the keys in shared-memory columns (today; also with the second group meeting the keys
-  in the reverse order, so that its columns lie at other offsets), and with them pickled: unpickling the two
-  answers, then either Gymnasium's ``_add_info`` once per env (before the columns) or the
-  key-at-a-time merge (what still pickles now: strings, dicts, Ray);
+  in the reverse order, so that its columns lie at other offsets), and with them
+  pickled: unpickling the two answers, then either Gymnasium's ``_add_info`` once per
+  env (before the columns) or the key-at-a-time merge (what still pickles now: strings,
+  dicts, Ray);
 * each group's CPU to hand over its 16 infos: columns written, or the answer pickled.
 
 Part B, observations: one copy into shared memory (the worker) and one out (the parent,
