@@ -224,12 +224,7 @@ def soak_run(steps: int, kill_every: float, context: str | None) -> dict[str, An
     shown = ["benchmarks/soak.py", "--steps", str(steps), "--kill-every", f"{kill_every:g}"]
     if context is not None:
         shown += ["--context", context]
-    with tempfile.TemporaryDirectory() as scratch:
-        summary = Path(scratch) / "soak.json"
-        r = run(shown, plumbing=["--json", str(summary)])
-        if summary.exists():
-            r["parsed"] = json.loads(summary.read_text(encoding="utf-8"))
-    return r
+    return json_run(shown)
 
 
 def cmd_soak(args: argparse.Namespace) -> int:
