@@ -22,9 +22,9 @@ from envmgr.timers.reading import (
 __all__ = ["STRAGGLER_EXCESS", "worker_summary"]
 
 #: A worker is named a straggler when its env time is at least this much above the median
-#: worker's. Workers stepping identical envs differ by several percent from scheduling noise
-#: alone (2.7-6.2% in a 3-s demo on a 2-core VM, 10% in one under load), so a smaller excess
-#: says nothing about the worker; 20% is twice the largest such difference seen.
+#: worker's. Workers stepping identical envs differ from scheduling noise alone, more on a
+#: busy machine (the README's worker-noise passage gives the recorded spread), so a smaller
+#: excess says nothing about the worker; 20% leaves room for a loaded shared VM.
 STRAGGLER_EXCESS = 0.20
 
 

@@ -24,9 +24,10 @@ from envmgr.protocol.shared_memory import SharedBuffers
 
 __all__ = ["EnvActor", "actor_class", "pack", "unpack"]
 
-# Small payloads cross as one pickled ``bytes`` each way: Ray serializes a bytes
-# object far more cheaply than a tuple of numpy arrays (~1.2 ms against ~1.9 ms
-# per round trip here). Large ones keep Ray's own zero-copy path for arrays.
+# Small payloads cross as one pickled ``bytes`` each way: Ray moves a bytes object
+# more cheaply than a tuple of numpy arrays (``benchmarks/ray_call.py`` measures a
+# 64-env step both ways; docs/ray.md has the recorded figures). Large ones keep Ray's
+# own zero-copy path for arrays.
 _PACK_LIMIT = 256 * 1024
 
 
