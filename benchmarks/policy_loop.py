@@ -4,7 +4,7 @@
 Usage (from the repository root)::
 
     python benchmarks/policy_loop.py                  # 64 envs, 5 rounds x 2 s (~3 min)
-    python benchmarks/policy_loop.py --quick          # smoke run (~30 s)
+    python benchmarks/policy_loop.py --quick          # smoke run (~5 s)
     python benchmarks/policy_loop.py --caller-envs 16 --out mine/
 
 Results (``policy_loop.json`` and ``.txt``; ``policy_loop_quick.*`` with ``--quick``, which git
@@ -192,12 +192,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=RESULTS,
         help="output directory (default: benchmarks/results beside this script)",
     )
-    p.add_argument("--quick", action="store_true", help="2 rounds x 0.3 s")
+    p.add_argument("--quick", action="store_true", help="2 rounds x 0.1 s (a smoke run)")
     args = p.parse_args(argv)
     if args.n_envs % args.workers or args.n_envs < 1:
         p.error(f"--n-envs {args.n_envs} must be a positive multiple of --workers {args.workers}")
     if args.quick:
-        args.seconds, args.repeats, args.warmup = 0.3, 2, 0.1
+        args.seconds, args.repeats, args.warmup = 0.1, 2, 0.05
     return args
 
 

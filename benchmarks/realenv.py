@@ -87,8 +87,8 @@ QUICK = {
     "envs": "halfcheetah",
     "n_envs": "4",
     "rounds": 1,
-    "seconds": 0.3,
-    "warmup": 0.1,
+    "seconds": 0.15,
+    "warmup": 0.05,
     "pre_steps": 2,
 }
 

@@ -307,9 +307,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     fork-based test therefore runs before Ray is ever started.
     """
 
-    def uses_ray(item: pytest.Item) -> bool:
+    def uses_ray(item: pytest.Item) -> tuple[bool, bool]:
         params = getattr(item, "callspec", None)
         on_ray = params is not None and params.params.get("backend") == "ray"
-        return on_ray or item.path.name.startswith("test_ray")
+        # The cluster module shuts the session's Ray down for a cluster of its own:
+        # last, so the session's instance starts once (a start costs seconds).
+        own_cluster = item.path.name == "test_ray_cluster.py"
+        return on_ray or item.path.name.startswith("test_ray"), own_cluster
 
     items.sort(key=uses_ray)

@@ -85,7 +85,10 @@ def test_step_wait_timeout_is_a_multiprocessing_timeout_error(backend: Backend) 
     # AsyncVectorEnv raises multiprocessing.TimeoutError; except clauses for it still work.
     from envs import SleepyEnv
 
-    with backend(lambda: SleepyEnv(explode_at=1, seconds=30), 1, 1, context="fork") as envs:
+    # The worker still sleeps when the block closes the manager: close_timeout bounds
+    # that wait (test_shutdown covers the wait itself).
+    sleepy = lambda: SleepyEnv(explode_at=1, seconds=30)  # noqa: E731
+    with backend(sleepy, 1, 1, context="fork", close_timeout=0.2) as envs:
         envs.reset(seed=0)
         envs.step(np.zeros(1, dtype=np.int64))
         envs.step_async(np.zeros(1, dtype=np.int64))

@@ -20,6 +20,7 @@ import cloudpickle
 import fault_envs
 import numpy as np
 import pytest
+from backend_cases import LocalRay
 from fault_cases import (
     AT_STEP,
     FAULT_ENV,
@@ -56,23 +57,9 @@ def fault_envs_by_value() -> Iterator[None]:
 
 
 @pytest.fixture(scope="module")
-def ray_instance() -> Iterator[Any]:
-    import ray
-
-    started = not ray.is_initialized()
-    if started:
-        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-        ray.init(
-            address="local",
-            num_cpus=2,
-            include_dashboard=False,
-            _node_ip_address="127.0.0.2",
-            log_to_driver=False,
-        )
-    yield ray
-    if started and ray.is_initialized():
-        ray.shutdown()
+def ray_instance(ray_session: LocalRay) -> Any:
+    """The session's Ray (conftest.py), started here if no earlier module did."""
+    return ray_session.ensure()
 
 
 def blocked_ray_manager(tmp_path: Path, **kwargs: Any) -> Any:

@@ -58,10 +58,24 @@ class AnySpaceEnv(gym.Env):  # type: ignore[type-arg]
         return self._obs(), float(action) + 0.5, done and action == 1, done and action == 0, info
 
 
-@pytest.mark.parametrize("kind", sorted(SPACES))
-@pytest.mark.parametrize("mode", list(AutoresetMode), ids=lambda m: m.value)
+def _cases(pairs: Any) -> list[Any]:
+    return [pytest.param(mode, kind, id=f"{mode.value}-{kind}") for mode, kind in pairs]
+
+
+_EVERY_PAIR = _cases((mode, kind) for mode in AutoresetMode for kind in sorted(SPACES))
+# Ray and caller_envs move each space through the same env-side and parent-side code
+# as the local workers (only the transport differs), so they take every space in one
+# mode and every mode on the nested space: each Ray manager starts a Ray worker process
+# per actor, the dearest build in the suite.
+_EACH_SPACE_AND_MODE = _cases(
+    [(AutoresetMode.NEXT_STEP, kind) for kind in sorted(SPACES)]
+    + [(mode, "dict") for mode in AutoresetMode if mode != AutoresetMode.NEXT_STEP]
+)
+
+
+@on_backends("mode, kind", local=_EVERY_PAIR, caller=_EACH_SPACE_AND_MODE, ray=_EACH_SPACE_AND_MODE)
 def test_every_space_and_autoreset_mode_matches_sync(
-    backend: Backend, kind: str, mode: AutoresetMode
+    backend: Backend, mode: AutoresetMode, kind: str
 ) -> None:
     mask = np.array([True, False, False, True])
     compare(
