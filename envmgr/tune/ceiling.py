@@ -20,7 +20,7 @@ from typing import Any
 
 import cloudpickle
 
-from envmgr.backends.local.pool import _main_module_hidden
+from envmgr.backends.local.pool import _main_module_hidden, ctrl_c_held
 from envmgr.errors import EnvMgrError, RemoteTraceback
 
 __all__ = ["Ceiling", "TuneError"]
@@ -163,11 +163,12 @@ class Ceiling:
                     name=f"envmgr-tune-ceiling-{len(self.procs)}",
                     daemon=True,
                 )
-                with _main_module_hidden():  # as for the workers: no guard needed in scripts
-                    proc.start()
+                with ctrl_c_held():  # as for the workers: recorded before Ctrl-C lands
+                    with _main_module_hidden():  # and no guard needed in scripts
+                        proc.start()
+                    self.conns.append(mine)
+                    self.procs.append(proc)
                 theirs.close()
-                self.conns.append(mine)
-                self.procs.append(proc)
                 start += size
             self._gather(START_TIMEOUT, "build its envs")
         except BaseException:

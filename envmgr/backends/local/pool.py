@@ -28,7 +28,7 @@ from envmgr.errors import RemoteTraceback, WorkerDiedError, WorkerTimeoutError
 from envmgr.protocol.layout import Layout
 from envmgr.protocol.messages import Close, ErrorResponse, WorkerConfig
 
-__all__ = ["WorkerPool", "LostWorker"]
+__all__ = ["WorkerPool", "LostWorker", "ctrl_c_held"]
 
 
 class LostWorker(Exception):
@@ -58,6 +58,37 @@ def _main_module_hidden() -> Iterator[None]:
     finally:
         if main is not None:
             sys.modules["__main__"] = main
+
+
+@contextmanager
+def ctrl_c_held() -> Iterator[None]:
+    """Hold Ctrl-C back for the block, then deliver it: for starting and recording a process.
+
+    A KeyboardInterrupt landing after the fork but before the new process is recorded
+    leaves a process nobody knows of. It exits once its pipe's end here is gone, but
+    stays a zombie until this process exits, and a spawn or forkserver child whose
+    start-up data never came dies printing an ``EOFError``. So SIGINT's handler only
+    notes the signal until the block ends; the handler it replaced then runs. Python
+    runs signal handlers in the main thread alone: elsewhere nothing is held back.
+    """
+    previous = signal.getsignal(signal.SIGINT)
+    # None: a handler not set from Python, which cannot be put back, so it is left alone.
+    if threading.current_thread() is not threading.main_thread() or previous is None:
+        yield
+        return
+    held: list[Any] = []
+    try:
+        # Swapped inside the try: an exception landing right after the swap (another
+        # signal's handler) still puts the old handler back.
+        signal.signal(signal.SIGINT, lambda signum, frame: held.append(frame))
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if held:
+            if callable(previous):
+                previous(signal.SIGINT, held[0])
+            elif previous == signal.SIG_DFL:
+                signal.raise_signal(signal.SIGINT)
 
 
 class WorkerPool:
@@ -95,8 +126,14 @@ class WorkerPool:
 
     # ================================================================ starting
 
-    def spawn(self, g: int, layout: Any) -> tuple[Any, Connection]:
-        """Start worker ``g``'s process; with ``layout`` it attaches to shared memory at once."""
+    def spawn(self, g: int, layout: Any) -> None:
+        """Start worker ``g``'s process and record it as group ``g``'s (in place of the one
+        there, or as the next group); with ``layout`` it attaches to shared memory at once.
+
+        Ctrl-C is held back from the fork until the process and its pipe are recorded
+        (:func:`ctrl_c_held`), so an interrupt always finds them where :meth:`stop` and
+        the shutdown look.
+        """
         parent_conn, child_conn = self._ctx.Pipe(duplex=True)
         inherited = [parent_conn, self.wake_r, *(c for i, c in enumerate(self.conns) if i != g)]
         config = WorkerConfig(
@@ -116,11 +153,16 @@ class WorkerPool:
             name=f"envmgr-worker-{g}",
             daemon=True,
         )
-        with _main_module_hidden():
-            proc.start()
+        with ctrl_c_held():
+            with _main_module_hidden():
+                proc.start()
+            if g == len(self.processes):
+                self.processes.append(proc)
+                self.conns.append(parent_conn)
+            else:
+                self.processes[g], self.conns[g] = proc, parent_conn
         child_conn.close()
         self.watch(g, proc.sentinel)
-        return proc, parent_conn
 
     def watch(self, g: int, sentinel: int) -> None:
         """Poll ``sentinel`` as group ``g``'s (again, if it was unregistered)."""

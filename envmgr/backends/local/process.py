@@ -35,7 +35,7 @@ import numpy as np
 from envmgr.backends.base import Lost, Waited, group_shares
 from envmgr.backends.local.collect import Collector
 from envmgr.backends.local.doorbell import KIND_PIPE, KIND_STEP, SHIP_TIMERS, ParentDoorbell
-from envmgr.backends.local.pool import LostWorker, WorkerPool
+from envmgr.backends.local.pool import LostWorker, WorkerPool, ctrl_c_held
 from envmgr.backends.local.wait import READY
 from envmgr.protocol.layout import Layout
 from envmgr.protocol.messages import Attach, Command, Ready, Step
@@ -101,12 +101,11 @@ class ProcessBackend:
     def start(self) -> list[Ready]:
         # Start the resource tracker before any worker exists, so every worker
         # shares it and it unlinks our segment if this process is killed.
-        resource_tracker.ensure_running()
+        with ctrl_c_held():  # an interrupt right after its fork would leave a zombie
+            resource_tracker.ensure_running()
         pool = self.pool
         for g in range(self.n_workers):
-            proc, conn = pool.spawn(g, None)
-            pool.processes.append(proc)
-            pool.conns.append(conn)
+            pool.spawn(g, None)
         readies = self._handshake(range(self.n_workers), "start")
         self.worker_pids = [r.pid for r in readies]
         return readies
@@ -231,7 +230,7 @@ class ProcessBackend:
         self._collector.forget_woken()
         # Its command word may hold the step it never finished: the new process
         # reads the word as already seen, so it will not run it.
-        pool.processes[g], pool.conns[g] = pool.spawn(g, self.buffers.layout)
+        pool.spawn(g, self.buffers.layout)
         old.close()
         try:
             (ready,) = pool.handshake([g], "restart", self.start_timeout)
@@ -244,8 +243,8 @@ class ProcessBackend:
         # Whichever process the replacement left as group g's (the lost one, or its
         # replacement at any point of its start-up) is stopped and watched again, so
         # the next wait sees its sentinel and :meth:`replace` starts from the top
-        # (each of its steps can be redone). A process started but not yet recorded
-        # reads end-of-file on its pipe, whose end here is gone, and exits.
+        # (each of its steps can be redone). Ctrl-C is held back between a process's
+        # start and its record (:meth:`WorkerPool.spawn`).
         self.pool.stop(g, why)
         self.pool.watch(g, self.pool.processes[g].sentinel)
         return True
