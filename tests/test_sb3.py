@@ -387,6 +387,23 @@ def test_env_is_wrapped_sees_the_users_wrappers_only() -> None:
         assert venv.env_is_wrapped(gym.wrappers.RecordEpisodeStatistics) == [False] * 3
 
 
+def test_env_is_wrapped_imports_nothing_into_the_workers() -> None:
+    """SB3 asks about ``Monitor`` (VecMonitor, evaluate_policy): a worker whose envs are
+    not wrapped in it must answer without importing SB3, and so PyTorch."""
+    imported = lambda env, name: name in __import__("sys").modules  # noqa: E731  # by value
+
+    class Local(gym.Wrapper):  # type: ignore[type-arg]  # no import path: sent by value
+        pass
+
+    fns = [rich_env(0), lambda: Local(RichEnv())]
+    with EnvmgrVecEnv(fns, n_workers=2, start_method="forkserver") as venv:
+        assert venv.env_is_wrapped(Monitor) == [False, False]
+        assert venv.env_is_wrapped(Local) == [False, True]
+        assert venv.env_is_wrapped(gym.wrappers.TimeLimit) == [True, False]
+        for module in ("stable_baselines3", "torch"):
+            assert list(venv.manager.apply(imported, module)) == [False, False], module
+
+
 def test_requests_for_some_envs_leave_other_workers_alone() -> None:
     # Worker 1 is frozen (SIGSTOP): a request for worker 0's envs must not wait on it.
     with EnvmgrVecEnv([space_env("box")] * 4, n_workers=2, step_timeout=2.0) as venv:

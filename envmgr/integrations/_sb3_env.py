@@ -26,6 +26,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+import cloudpickle
 import gymnasium as gym
 import numpy as np
 
@@ -204,11 +205,36 @@ def env_method(
     return env.get_wrapper_attr(name)(*args, **kwargs)
 
 
-def is_wrapped(env: gym.Env[Any, Any], wrapper_class: type) -> bool:
-    """Whether ``wrapper_class`` is in the env's wrapper chain (SB3's ``is_wrapped``)."""
+def class_ref(cls: type) -> str | bytes:
+    """What :func:`is_wrapped` is sent for ``cls``: its import path, if it has one.
+
+    Sending the class would make each worker import its module to unpickle it, and
+    SB3's ``Monitor`` (what SB3 asks about) imports PyTorch with it: seconds and
+    hundreds of MB per worker. An env wrapped in the class has it imported already;
+    one that is not needs no import to say so. A class without an import path (made
+    in ``__main__`` or in a function) travels by value with cloudpickle, which hands a
+    worker the very class the env factories brought it.
+    """
+    if cls.__module__ == "__main__" or "<locals>" in cls.__qualname__:
+        return cloudpickle.dumps(cls)
+    return _path(cls)
+
+
+def _path(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def is_wrapped(env: gym.Env[Any, Any], wrapper: str | bytes) -> bool:
+    """Whether the class ``wrapper`` names (:func:`class_ref`) is in the env's wrapper
+    chain, as SB3's ``is_wrapped`` (by path: a wrapper whose class or one of its bases
+    has that path; a virtual subclass registered with an ABC is not seen)."""
+    cls = cloudpickle.loads(wrapper) if isinstance(wrapper, bytes) else None
     current: Any = env
     while isinstance(current, gym.Wrapper):
-        if isinstance(current, wrapper_class):
+        if cls is not None:
+            if isinstance(current, cls):
+                return True
+        elif any(_path(c) == wrapper for c in type(current).__mro__):
             return True
         current = current.env
     return False

@@ -258,8 +258,9 @@ class EnvmgrVecEnv(VecEnv):
         wrapper_class: type[gym.Wrapper],  # type: ignore[type-arg]
         indices: VecEnvIndices = None,
     ) -> list[bool]:
-        """Whether each chosen env has ``wrapper_class`` in its wrapper chain."""
-        return self._run(indices, remote.is_wrapped, wrapper_class)
+        """Whether each chosen env has ``wrapper_class`` in its wrapper chain (asked by
+        import path, so the workers need not import it: ``_sb3_env.class_ref``)."""
+        return self._run(indices, remote.is_wrapped, remote.class_ref(wrapper_class))
 
     def has_attr(self, attr_name: str) -> bool:
         """Whether every env has attribute ``attr_name``."""
