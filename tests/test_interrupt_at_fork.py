@@ -170,6 +170,25 @@ def test_a_held_ctrl_c_reaches_the_handler_once_the_block_ends() -> None:
         assert calls[-1] == "handler SIGINT" and len(calls) == 3
 
 
+def test_a_held_ctrl_c_with_the_default_action_ends_the_process_after_the_block(
+    run_python: Callable[..., Any],
+) -> None:
+    proc = run_python(
+        """
+        import os, signal, time
+        from envmgr.backends.local.pool import ctrl_c_held
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        with ctrl_c_held():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+            print("the block ran to its end", flush=True)
+        print("after the block")
+        """
+    )
+    assert proc.stdout == "the block ran to its end\n", (proc.stdout, proc.stderr)
+    assert proc.returncode == -signal.SIGINT
+
+
 def test_an_ignored_ctrl_c_stays_ignored() -> None:
     with sigint_handler(signal.SIG_IGN):
         with ctrl_c_held():
