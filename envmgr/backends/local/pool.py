@@ -130,9 +130,9 @@ class WorkerPool:
         """Start worker ``g``'s process and record it as group ``g``'s (in place of the one
         there, or as the next group); with ``layout`` it attaches to shared memory at once.
 
-        Ctrl-C is held back from the fork until the process and its pipe are recorded
-        (:func:`ctrl_c_held`), so an interrupt always finds them where :meth:`stop` and
-        the shutdown look.
+        Ctrl-C is held back from the fork until the process, its pipe and its sentinel
+        are recorded (:func:`ctrl_c_held`), so an interrupt always finds them where
+        :meth:`stop`, the waits and the shutdown look.
         """
         parent_conn, child_conn = self._ctx.Pipe(duplex=True)
         inherited = [parent_conn, self.wake_r, *(c for i, c in enumerate(self.conns) if i != g)]
@@ -161,8 +161,8 @@ class WorkerPool:
                 self.conns.append(parent_conn)
             else:
                 self.processes[g], self.conns[g] = proc, parent_conn
-        child_conn.close()
-        self.watch(g, proc.sentinel)
+            child_conn.close()
+            self.watch(g, proc.sentinel)
 
     def watch(self, g: int, sentinel: int) -> None:
         """Poll ``sentinel`` as group ``g``'s (again, if it was unregistered)."""
