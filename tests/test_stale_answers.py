@@ -29,7 +29,7 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-from envmgr import SubprocessEnvManager, WorkerDiedError
+from envmgr import SubprocessEnvManager, WorkerDiedError, WorkerTimeoutError
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -163,3 +163,23 @@ def test_a_dead_workers_stale_error_is_not_taken_for_why_it_died(tmp_path: Path)
         _interrupted_step(envs, tmp_path)
         with pytest.raises(WorkerDiedError, match=f"worker 1.*exited with code {EXIT_CODE}"):
             envs.step(np.zeros(2, dtype=np.int64))
+
+
+@pytest.mark.usefixtures("sigint_raises")
+def test_a_command_a_busy_worker_cannot_take_in_times_out(tmp_path: Path) -> None:
+    """After the interrupt env 1 stays in step 3 (not released), so worker 1 reads no
+    command. A ``set_attr`` value far larger than a pipe holds cannot be written to it:
+    with ``step_timeout`` the call fails as one whose answer never came, naming worker
+    1, instead of blocking in the write until the worker is free (with a hung env: for
+    ever). Worker 0, free, takes it in."""
+    with SubprocessEnvManager(counting_fns(tmp_path), 2, 1, step_timeout=1.0) as envs:
+        envs.reset(seed=0)
+        actions = np.zeros(2, dtype=np.int64)
+        for _ in range(1, SLOW_STEP):
+            envs.step(actions)
+        with pytest.raises(KeyboardInterrupt):
+            envs.step(actions)
+        big = np.zeros(1_000_000)  # 8 MB
+        took_in = r"worker 1 .*did not take in a [\d,]+-byte command within 1.0 s"
+        with pytest.raises(WorkerTimeoutError, match=took_in):
+            envs.set_attr("payload", big)

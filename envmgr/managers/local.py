@@ -211,6 +211,7 @@ class SubprocessEnvManager(BatchedVectorEnv):
                 parent_spin_seconds=self.parent_spin_seconds,
                 start_timeout=options.get("start_timeout", DEFAULT_START_TIMEOUT),
                 close_timeout=close_timeout,
+                send_timeout=step_timeout,
                 n_workers=layout.n_groups,
             )
             if caller_envs:

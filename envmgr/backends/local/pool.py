@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import select
 import signal
+import socket
+import struct
 import sys
 import threading
 import types
@@ -18,6 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
+from multiprocessing.reduction import ForkingPickler
 from time import monotonic
 from typing import Any
 
@@ -91,6 +94,12 @@ def ctrl_c_held() -> Iterator[None]:
                 signal.raise_signal(signal.SIGINT)
 
 
+#: Commands up to this size are written in one blocking send: the socket of a worker's
+#: duplex pipe takes far more (``SO_SNDBUF``, about 200 kB on Linux), and a worker
+#: reads each command before it answers, so nothing of an earlier one is left there.
+_ROOMY = 64 * 1024
+
+
 class WorkerPool:
     """One process per group, each with a duplex pipe; the sentinels in one poll set.
 
@@ -119,6 +128,7 @@ class WorkerPool:
         self.poller.register(self.wake_r.fileno(), select.POLLIN)
         self.owner: dict[int, int] = {}  # sentinel fd -> group
         self._cut: dict[int, str] = {}  # group -> why it was stopped (see stop)
+        self._late: set[int] = set()  # groups stopped for not taking a command in time
 
     def where(self, g: int) -> str:
         """Group ``g``'s name in messages (``"worker 1 (envs 2-3)"``)."""
@@ -164,6 +174,48 @@ class WorkerPool:
             child_conn.close()
             self.watch(g, proc.sentinel)
 
+    # ================================================================ sending
+
+    def send(self, g: int, cmd: Any, timeout: float | None, deadline: float) -> None:
+        """Send ``cmd`` to group ``g``, waiting at most until ``deadline`` (``monotonic()``,
+        ``timeout`` after the command was posted to all its groups) for it to be taken in.
+
+        A command larger than the socket's buffer (a big ``set_attr`` value, say) is
+        only written as the worker reads it, and a worker still busy with a step that
+        an interrupt dropped does not read. Past ``timeout`` the worker is stopped (its
+        pipe holds part of a message) and the wait that follows reports it timed out,
+        as it would report a worker that took the command but did not answer.
+        With ``timeout`` ``None`` there is no limit, and ``deadline`` is not looked at.
+
+        Raises:
+            OSError: The worker is gone (the wait that follows reports it).
+        """
+        conn = self.conns[g]
+        data = ForkingPickler.dumps(cmd)
+        if timeout is None or len(data) <= _ROOMY:
+            conn.send_bytes(data)
+            return
+        # Connection's framing: a 4-byte length, or -1 and an 8-byte one past 2 GiB.
+        n = len(data)
+        header = struct.pack("!i", n) if n <= 0x7FFFFFFF else struct.pack("!iQ", -1, n)
+        # A duplicate of the socket: MSG_DONTWAIT writes what fits now, and the
+        # connection's own descriptor stays blocking for everything else.
+        with socket.socket(fileno=os.dup(conn.fileno())) as sock:
+            for part in (header, data):
+                view = memoryview(part)
+                while view:
+                    try:
+                        view = view[sock.send(view, socket.MSG_DONTWAIT) :]
+                        continue
+                    except BlockingIOError:
+                        pass
+                    left = deadline - monotonic()
+                    if left <= 0 or not select.select([], [sock], [], left)[1]:
+                        why = f"it did not take in a {n:,}-byte command within {timeout} s"
+                        self._late.add(g)
+                        self.stop(g, f"{why}, so it was stopped")
+                        return
+
     def watch(self, g: int, sentinel: int) -> None:
         """Poll ``sentinel`` as group ``g``'s (again, if it was unregistered)."""
         self.poller.register(sentinel, select.POLLIN)
@@ -189,6 +241,7 @@ class WorkerPool:
         self.owner.pop(old.sentinel, None)
         self.conns[g].close()
         self._cut.pop(g, None)
+        self._late.discard(g)
         return old
 
     def handshake(
@@ -307,7 +360,7 @@ class WorkerPool:
         """Group ``g`` lost for ``reason``, with the error to raise if it is not replaced."""
         message = f"{self.where(g)}: {reason}"
         envs = self.layout.range(g)
-        if timed_out:
+        if timed_out or g in self._late:
             return Lost(reason, WorkerTimeoutError(message, g, envs))
         code = self.processes[g].exitcode if g < len(self.processes) else None
         return Lost(reason, WorkerDiedError(message, g, envs, code))

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from multiprocessing import resource_tracker
+from time import monotonic
 from typing import Any
 
 import gymnasium as gym
@@ -59,6 +60,9 @@ class ProcessBackend:
         parent_spin_seconds: How long :meth:`wait` spins before sleeping.
         start_timeout: Seconds a worker may take to build its envs.
         close_timeout: Seconds :meth:`shutdown` waits for workers to exit.
+        send_timeout: Seconds :meth:`post` waits for a worker to take in a command
+            larger than its pipe holds (the manager's ``step_timeout``; ``None``: no
+            limit). See :meth:`WorkerPool.send`.
         n_workers: Groups run as processes: the first ``n_workers`` of ``layout``
             (default all). The rest are the caller's
             (:mod:`envmgr.backends.local.caller_group`): they
@@ -75,6 +79,7 @@ class ProcessBackend:
         parent_spin_seconds: float,
         start_timeout: float | None,
         close_timeout: float,
+        send_timeout: float | None = None,
         n_workers: int | None = None,
     ) -> None:
         self.layout = layout
@@ -82,6 +87,7 @@ class ProcessBackend:
         self.parent_spin_seconds = parent_spin_seconds
         self.start_timeout = start_timeout
         self.close_timeout = close_timeout
+        self.send_timeout = send_timeout
         self.pool = WorkerPool(layout, payloads, ctx, spin_seconds)
         self.buffers: SharedBuffers | None = None
         self.worker_pids: list[int] = []
@@ -141,17 +147,18 @@ class ProcessBackend:
     def post(self, commands: Mapping[int, Command]) -> None:
         """Send a pickled command to each group, then flag it in its command word."""
         seq = None
-        conns = self.pool.conns
+        pool, timeout = self.pool, self.send_timeout
+        deadline = monotonic() + (timeout or 0.0)
         for g, cmd in commands.items():
             seq = cmd.seq
             try:
-                conns[g].send(cmd)
+                pool.send(g, cmd, timeout, deadline)
             except (BrokenPipeError, ConnectionResetError, OSError):
                 # The worker is dead. The wait that follows sees its sentinel and
                 # reports it; failing here would bypass the restart policy.
                 pass
             except BaseException as exc:  # Ctrl-C: the message may be half written
-                self.pool.give_up_pipe(g, exc)
+                pool.give_up_pipe(g, exc)
                 raise
         if seq is not None and self._bell is not None:
             # A worker spinning on its command word looks there, not at the pipe.
