@@ -106,7 +106,8 @@ def hung_worker_1(tmp_path: Path, **kwargs: Any) -> SubprocessEnvManager:
         step_log=str(tmp_path / "steps"),
     )
     # spin_seconds=0: a worker sleeps as soon as it has published its step.
-    return SubprocessEnvManager(fns, 2, 1, spin_seconds=0.0, close_timeout=0.5, **kwargs)
+    kwargs.setdefault("close_timeout", 0.5)
+    return SubprocessEnvManager(fns, 2, 1, spin_seconds=0.0, **kwargs)
 
 
 def start_the_hanging_step(envs: SubprocessEnvManager, tmp_path: Path) -> None:
@@ -139,6 +140,23 @@ def test_hung_worker_raises_worker_timeout_error(tmp_path: Path) -> None:
         assert exc.worker_index == 1 and exc.env_indices == (1,)
         with pytest.raises(BrokenManagerError):
             envs.step(np.zeros(2, dtype=np.int64))
+
+
+@pytest.mark.timeout(30)
+def test_a_worker_that_overran_is_killed_at_once(tmp_path: Path) -> None:
+    """As the README's fault table says: killed when its time runs out. It used to be
+    stopped only by the broken manager's shutdown, after ``close_timeout`` spent waiting
+    for a clean exit that a hung worker never makes: here 120 s, past this test's limit.
+    Worker 0, idle, still closes cleanly."""
+    with hung_worker_1(tmp_path, step_timeout=0.5, close_timeout=120.0) as envs:
+        envs.reset(seed=0)
+        envs.step(np.zeros(2, dtype=np.int64))
+        start_the_hanging_step(envs, tmp_path)
+        tokens = [process_token(pid) for pid in envs.worker_pids]
+        with pytest.raises(WorkerTimeoutError, match="worker 1 "):
+            envs.step_wait()
+        # The manager is broken; both workers are gone, and it did not wait for either.
+        assert all(process_state(t) is None for t in tokens if t is not None)
 
 
 def test_killed_worker_is_restarted_under_a_restart_policy() -> None:

@@ -173,7 +173,7 @@ class Collector:
                     short = want - len(self.finished(seqs, lost)) - len(lost)
                     for _, g in late[:short]:
                         why = f"it did not answer {phase} within {timeout} s"
-                        lost[g] = pool.lost(g, why, True)
+                        lost[g] = pool.overran(g, why)
                     return
                 for fd in woke:
                     g = pool.owner.get(fd, -1)
@@ -226,7 +226,7 @@ class Collector:
                     break
                 except _AnswerOverdue:
                     why = f"it did not finish its answer to {phase} in time"
-                    got.lost[g] = pool.lost(g, why, True)
+                    got.lost[g] = pool.overran(g, why)
                     break
                 if getattr(msg, "seq", None) == seq:
                     if isinstance(msg, ErrorResponse):

@@ -279,7 +279,7 @@ class WorkerPool:
             late = missing()
             if late:
                 why = f"it did not answer {phase} within {timeout} s"
-                raise LostWorker(self.lost(late[0], why, True))
+                raise LostWorker(self.overran(late[0], why))
         answers: dict[int, Any] = {}
         for g in pending:
             try:
@@ -355,6 +355,15 @@ class WorkerPool:
         else:
             how = f"exited with code {code}"
         return f"it {how} during {phase}", None
+
+    def overran(self, g: int, why: str) -> Lost:
+        """Group ``g`` lost for overrunning its time: killed at once, as the README's
+        fault table says. It may be hung, so a graceful close (a broken manager's
+        survivors get ``close_timeout``) would only wait for it."""
+        proc = self.processes[g]
+        if proc.is_alive():
+            proc.kill()
+        return self.lost(g, why, True)
 
     def lost(self, g: int, reason: str, timed_out: bool) -> Lost:
         """Group ``g`` lost for ``reason``, with the error to raise if it is not replaced."""
