@@ -307,7 +307,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     fork-based test therefore runs before Ray is ever started.
     """
 
-    def uses_ray(item: pytest.Item) -> tuple[bool, bool]:
+    def ray_order(item: pytest.Item) -> tuple[bool, bool]:
+        """(whether it uses Ray, whether it starts a cluster of its own)."""
         params = getattr(item, "callspec", None)
         on_ray = params is not None and params.params.get("backend") == "ray"
         # The cluster module shuts the session's Ray down for a cluster of its own:
@@ -315,4 +316,4 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         own_cluster = item.path.name == "test_ray_cluster.py"
         return on_ray or item.path.name.startswith("test_ray"), own_cluster
 
-    items.sort(key=uses_ray)
+    items.sort(key=ray_order)
