@@ -23,9 +23,8 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import sys
-import traceback
 from collections.abc import Callable
-from multiprocessing.connection import Connection
+from functools import partial
 from multiprocessing.shared_memory import SharedMemory
 from pathlib import Path
 from time import perf_counter, process_time
@@ -41,6 +40,8 @@ if str(HERE) not in sys.path:
 
 import envs as bench_envs  # noqa: E402
 from timing import run_for  # noqa: E402
+
+from envmgr.tune.ceiling import BlockProcesses  # noqa: E402
 
 #: Longest wait for a process to build its block (thousands of single envs take seconds).
 START_TIMEOUT = 120.0
@@ -93,49 +94,55 @@ class SerialLoop:
             env.close()
 
 
-def build_block(kind: str, name: str, n: int) -> Any:
-    """What one ceiling process steps: a serial loop of ``name`` envs or a vector env."""
+def block_maker(kind: str, name: str) -> Callable[[int], Any]:
+    """``n -> block``: what one ceiling process steps, a serial loop of ``name`` envs or a
+    vector env.
+
+    Resolved in this process: a factory added to ``envs.FACTORIES`` at run time (the real
+    envs of ``realenv_peers``) travels with it, by value, to a process that never ran the
+    code that added it.
+    """
     if kind == "serial":
-        return SerialLoop(bench_envs.FACTORIES[name], n)
+        return partial(SerialLoop, bench_envs.FACTORIES[name])
     if kind == "vector":
-        return gym.make_vec(name, num_envs=n, vectorization_mode="vector_entry_point")
+        return partial(gym.make_vec, name, vectorization_mode="vector_entry_point")
     raise ValueError(f"unknown block kind {kind!r}; expected 'serial' or 'vector'")
 
 
-def _child(conn: Connection, kind: str, name: str, seed: int, actions: np.ndarray) -> None:
-    """One ceiling process: build the block, then obey ``steps`` / ``run`` / ``close``."""
-    block = None
-    try:
-        block = build_block(kind, name, actions.shape[1])
-        block.reset(seed=seed)
-        conn.send(("ok", None))
-        step, k, m = block.step, 0, len(actions)
-        while True:
-            cmd, arg = conn.recv()
-            if cmd == "close":
-                break
-            if cmd == "steps":
-                for _ in range(arg):
-                    step(actions[k % m])
-                    k += 1
-                conn.send(("ok", None))
-            elif cmd == "run":
-                result = run_for(step, actions, k, arg)
-                k += result["batches"]
-                conn.send(("ok", result))
-            elif cmd == "lockstep":
-                k = _follow(step, actions, *arg)
-                conn.send(("ok", None))
-    except (EOFError, KeyboardInterrupt):
-        pass
-    except BaseException:
-        try:
-            conn.send(("error", traceback.format_exc()))
-        except OSError:
-            pass
-    finally:
-        if block is not None:
-            block.close()
+def build_block(kind: str, name: str, n: int) -> Any:
+    """A block of ``n`` envs, built here (see :func:`block_maker`)."""
+    return block_maker(kind, name)(n)
+
+
+class Share:
+    """What one ceiling process steps: its block, walking its own columns of the actions.
+
+    Built in the process by :class:`envmgr.tune.ceiling.BlockProcesses`, which calls these
+    methods when told; ``k`` is where the block is in ``actions``.
+    """
+
+    def __init__(self, make: Callable[[int], Any], seed: int, actions: np.ndarray) -> None:
+        self.block = make(actions.shape[1])
+        self.block.reset(seed=seed)
+        self.actions = actions
+        self.k = 0
+
+    def steps(self, count: int) -> None:
+        step, actions, m = self.block.step, self.actions, len(self.actions)
+        for _ in range(count):
+            step(actions[self.k % m])
+            self.k += 1
+
+    def run(self, seconds: float) -> dict[str, Any]:
+        result = run_for(self.block.step, self.actions, self.k, seconds)
+        self.k += result["batches"]
+        return result
+
+    def lockstep(self, segment: str, me: int, last: int) -> None:
+        self.k = _follow(self.block.step, self.actions, segment, me, last)
+
+    def close(self) -> None:
+        self.block.close()
 
 
 def _follow(
@@ -188,42 +195,21 @@ class Ceiling:
         self.impl = "ceiling"
         self.vec = self  # the harness closes ``runner.vec``
         self.sizes = [n // processes + (1 if p < n % processes else 0) for p in range(processes)]
-        ctx = mp.get_context("spawn")
-        self.conns: list[Connection] = []
-        self.procs: list[Any] = []
-        start = 0
-        try:
-            for size in self.sizes:
-                mine, theirs = ctx.Pipe()
-                share = np.ascontiguousarray(actions[:, start : start + size])
-                proc = ctx.Process(
-                    target=_child, args=(theirs, kind, name, seed + start, share), daemon=True
-                )
-                proc.start()
-                theirs.close()
-                self.conns.append(mine)
-                self.procs.append(proc)
-                start += size
-            self._gather(START_TIMEOUT)
-        except BaseException:
-            self.close()
-            raise
-
-    def _gather(self, timeout: float | None = None) -> list[Any]:
-        out = []
-        for p, conn in enumerate(self.conns):
-            if timeout is not None and not conn.poll(timeout):
-                raise TimeoutError(f"ceiling process {p} did not answer within {timeout} s")
-            status, value = conn.recv()
-            if status != "ok":
-                raise RuntimeError(f"ceiling process {p} failed:\n{value}")
-            out.append(value)
-        return out
+        make = block_maker(kind, name)
+        starts = np.cumsum([0, *self.sizes])
+        self.processes = BlockProcesses(
+            mp.get_context("spawn"),
+            [
+                partial(Share, make, seed + int(a), np.ascontiguousarray(actions[:, a : a + size]))
+                for a, size in zip(starts, self.sizes, strict=False)
+            ],
+            name="ceiling",
+            start_timeout=START_TIMEOUT,
+        )
 
     def steps(self, count: int) -> None:
-        for conn in self.conns:
-            conn.send(("steps", count))
-        self._gather()
+        self.processes.post("steps", count)
+        self.processes.gather(None, "step")
 
     def warm_up(self, seconds: float) -> int:
         return sum(r["batches"] for r in self.timed(seconds)["per_process"])
@@ -232,9 +218,8 @@ class Ceiling:
         """All processes step for ``seconds`` at once; the sample is the sum of their rates."""
         c0 = process_time()
         t0 = perf_counter()
-        for conn in self.conns:
-            conn.send(("run", seconds))
-        results = self._gather()
+        self.processes.post("run", seconds)
+        results = self.processes.gather(None, "step")
         wall = perf_counter() - t0
         for r, size in zip(results, self.sizes, strict=True):
             r["n_envs"] = size
@@ -248,19 +233,7 @@ class Ceiling:
         }
 
     def close(self) -> None:
-        for conn in self.conns:
-            try:
-                conn.send(("close", None))
-            except OSError:
-                pass
-        for proc in self.procs:
-            proc.join(10)
-            if proc.is_alive():
-                proc.terminate()
-                proc.join(5)
-        for conn in self.conns:
-            conn.close()
-        self.conns, self.procs = [], []
+        self.processes.close()
 
 
 class LockStep:
@@ -305,8 +278,8 @@ class LockStep:
         rest, words, done, actions = self.rest, self.words, self._done, self.actions
         words[0] = self.k  # (the followers are idle: they start from here)
         if rest is not None:
-            for p, conn in enumerate(rest.conns, 1):
-                conn.send(("lockstep", (self.shm.name, p, self.k)))
+            for p in range(len(rest.sizes)):
+                rest.processes.send(p, "lockstep", self.shm.name, p + 1, self.k)
         step, k, m, batches = self.block.step, self.k, len(actions), 0
         try:
             while go_on(batches):
@@ -320,7 +293,7 @@ class LockStep:
             self.k = k
             words[0] = -1
             if rest is not None:
-                rest._gather()
+                rest.processes.gather(None, "step in lock-step")
         return batches
 
     def steps(self, count: int) -> None:

@@ -82,8 +82,7 @@ REAL_FACTORIES: dict[str, Callable[[], gym.Env[Any, Any]]] = {
     "halfcheetah": make_halfcheetah,
     "humanoid": make_humanoid,
 }
-# Added at import, these also reach the ceiling's spawn children: spawn re-runs the
-# parent's __main__ (realenv.py, which imports this) in each child before it looks them up.
+# Added at import; the ceiling's processes get the factory itself (ceiling.block_maker).
 bench_envs.FACTORIES.update(REAL_FACTORIES)
 # By value: forkserver and spawn workers need not find this file on their sys.path.
 

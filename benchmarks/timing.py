@@ -25,6 +25,8 @@ if str(HERE) not in sys.path:
 
 import envs as bench_envs  # noqa: E402
 
+from envmgr.tune.ceiling import run_for as ceiling_run_for  # noqa: E402
+
 #: Action batches drawn per configuration (walked cyclically) ...
 N_ACTION_BATCHES = 1000
 #: ... but no more than this many action values in all (16,384 envs x 1000 would be 130 MB).
@@ -47,24 +49,15 @@ def sample_actions(env: str, n: int, seed: int) -> np.ndarray:
 
 
 def run_for(step: Callable[[Any], Any], actions: np.ndarray, k: int, seconds: float) -> dict:
-    """Call ``step`` on action batches ``k, k+1, ...`` (cyclically) for ``seconds``.
+    """Call ``step`` on action batches ``k, k+1, ...`` (cyclically) for ``seconds``: the
+    tuner's timed loop (:func:`envmgr.tune.ceiling.run_for`), with this process's CPU.
 
     Returns:
         ``batches``, wall ``seconds`` and this process's ``cpu_seconds``.
     """
-    m = len(actions)
-    batches = 0
     c0 = process_time()
-    t0 = perf_counter()
-    deadline = t0 + seconds
-    while True:
-        step(actions[k % m])
-        k += 1
-        batches += 1
-        now = perf_counter()
-        if now >= deadline:
-            break
-    return {"batches": batches, "seconds": now - t0, "cpu_seconds": process_time() - c0}
+    batches, elapsed = ceiling_run_for(step, actions, k, seconds)
+    return {"batches": batches, "seconds": elapsed, "cpu_seconds": process_time() - c0}
 
 
 class Runner:

@@ -1,4 +1,4 @@
-"""The ceiling ``envmgr tune`` compares every layout with.
+"""The ceiling ``envmgr tune`` compares every layout with, and the processes it runs in.
 
 One process per core, each stepping its share of the same envs in a plain loop at the same
 time, with nothing passing between them: the most any design built from processes can reach
@@ -8,12 +8,22 @@ share of the machine it delivers (1.0: nothing lost to hand-offs, wake-ups or ba
 The processes live for the whole tuning run, so the ceiling is timed in the same interleaved
 rounds as the layouts. Each steps single envs with next-step autoreset, or, for the hosted
 layouts, one env from the id's vector entry point over its share.
+
+:class:`BlockProcesses` is the shell around them, written once for the tuner and the
+benchmarks (``benchmarks/ceiling.py``)::
+
+    parent                                   process p
+    BlockProcesses(ctx, builders) --start--> block = builders[p]()   ("ok" once built)
+    post(method, *args) / send(p, ...) ----> getattr(block, method)(*args)
+    gather() <------------------------------ ("ok", result) | ("error", traceback)
+    close() ---------------------------------> None: block.close(), exit
 """
 
 from __future__ import annotations
 
 import traceback
 from collections.abc import Callable, Sequence
+from functools import partial
 from multiprocessing.connection import Connection
 from time import perf_counter
 from typing import Any
@@ -23,7 +33,7 @@ import cloudpickle
 from envmgr.backends.local.pool import _main_module_hidden, ctrl_c_held
 from envmgr.errors import EnvMgrError, RemoteTraceback
 
-__all__ = ["Ceiling", "TuneError"]
+__all__ = ["BlockProcesses", "Ceiling", "TuneError", "run_for"]
 
 #: Longest wait for a ceiling process to build its envs.
 START_TIMEOUT = 120.0
@@ -34,6 +44,26 @@ _N_ACTIONS = 64
 
 class TuneError(EnvMgrError):
     """A ceiling process could not start, failed, or did not answer in time."""
+
+
+def run_for(
+    step: Callable[[Any], Any], actions: Sequence[Any], k: int, seconds: float
+) -> tuple[int, float]:
+    """Call ``step`` on ``actions[k]``, ``actions[k + 1]``, ... (cyclically) for ``seconds``.
+
+    The least a timed loop of batches can add. Returns:
+        The batches stepped and the seconds they took.
+    """
+    m = len(actions)
+    batches = 0
+    t0 = perf_counter()
+    deadline = t0 + seconds
+    while True:
+        step(actions[(k + batches) % m])
+        batches += 1
+        now = perf_counter()
+        if now >= deadline:
+            return batches, now - t0
 
 
 class _SingleBlock:
@@ -88,36 +118,26 @@ class _VectorBlock:
         self.k = 0
 
     def run(self, seconds: float) -> tuple[int, float]:
-        step, actions, k = self.env.step, self.actions, self.k
-        batches = 0
-        t0 = perf_counter()
-        deadline = t0 + seconds
-        while True:
-            step(actions[k % _N_ACTIONS])
-            k += 1
-            batches += 1
-            now = perf_counter()
-            if now >= deadline:
-                break
-        self.k = k
-        return batches * self.n, now - t0
+        batches, elapsed = run_for(self.env.step, self.actions, self.k, seconds)
+        self.k += batches
+        return batches * self.n, elapsed
 
     def close(self) -> None:
         self.env.close()
 
 
-def _child(conn: Connection, payload: bytes, n: int, vector: bool, seed: int) -> None:
-    """A ceiling process: build the block, then run it for the seconds asked until closed."""
-    block: _SingleBlock | _VectorBlock | None = None
+def _child(conn: Connection, builder: bytes) -> None:
+    """A block process: build the block, then call its methods as told until closed."""
+    block: Any = None
     try:
-        factory = cloudpickle.loads(payload)
-        block = _VectorBlock(factory, n, seed) if vector else _SingleBlock(factory, n, seed)
+        block = cloudpickle.loads(builder)()
         conn.send(("ok", None))
         while True:
-            seconds = conn.recv()
-            if seconds is None:
+            message = conn.recv()
+            if message is None:
                 break
-            conn.send(("ok", block.run(seconds)))
+            method, args = message
+            conn.send(("ok", getattr(block, method)(*args)))
     except (EOFError, KeyboardInterrupt):
         pass  # the parent went away or was interrupted: nothing to report to
     except BaseException:
@@ -128,6 +148,103 @@ def _child(conn: Connection, payload: bytes, n: int, vector: bool, seed: int) ->
     finally:
         if block is not None:
             block.close()
+
+
+class BlockProcesses:
+    """One process per builder, each building a block and calling its methods when told.
+
+    Args:
+        ctx: A multiprocessing context.
+        builders: Zero-argument callables (cloudpickle carries them); process ``p`` calls
+            ``builders[p]()`` once for its block, an object with ``close()`` and the
+            methods it is told to call.
+        name: The processes' name, numbered (``name-0``, ...).
+        start_timeout: Longest wait for a process to build its block.
+
+    Raises:
+        TuneError: If a process fails to build its block or does not answer in time.
+    """
+
+    def __init__(
+        self,
+        ctx: Any,
+        builders: Sequence[Callable[[], Any]],
+        name: str = "envmgr-tune-ceiling",
+        start_timeout: float = START_TIMEOUT,
+    ) -> None:
+        self.conns: list[Connection] = []
+        self.procs: list[Any] = []
+        try:
+            for p, builder in enumerate(builders):
+                mine, theirs = ctx.Pipe()
+                proc = ctx.Process(
+                    target=_child,
+                    args=(theirs, cloudpickle.dumps(builder)),
+                    name=f"{name}-{p}",
+                    daemon=True,
+                )
+                with ctrl_c_held():  # as for the workers: recorded before Ctrl-C lands
+                    with _main_module_hidden():  # and no guard needed in scripts
+                        proc.start()
+                    self.conns.append(mine)
+                    self.procs.append(proc)
+                theirs.close()
+            self.gather(start_timeout, "build its envs")
+        except BaseException:
+            self.close()
+            raise
+
+    def send(self, p: int, method: str, *args: Any) -> None:
+        """Tell process ``p`` to call ``method(*args)`` on its block (answer: :meth:`gather`)."""
+        self.conns[p].send((method, args))
+
+    def post(self, method: str, *args: Any) -> None:
+        """Tell every process to call ``method(*args)`` on its block."""
+        for p in range(len(self.conns)):
+            self.send(p, method, *args)
+
+    def gather(self, timeout: float | None, doing: str) -> list[Any]:
+        """Every process's answer to what it was last told, in order.
+
+        Args:
+            timeout: Longest wait for each process (``None``: no limit).
+            doing: What the processes were told, for the error ("build its envs").
+        """
+        out = []
+        for p, conn in enumerate(self.conns):
+            if timeout is not None and not conn.poll(timeout):
+                raise TuneError(f"ceiling process {p} did not {doing} within {timeout:g} s")
+            try:
+                status, value = conn.recv()
+            except EOFError:
+                raise TuneError(
+                    f"ceiling process {p} exited while trying to {doing} "
+                    f"(exit code {self.procs[p].exitcode})"
+                ) from None
+            if status != "ok":
+                # The message ends with the exception line; the whole traceback is the cause.
+                last = value.strip().splitlines()[-1]
+                raise TuneError(f"ceiling process {p} failed to {doing}: {last}") from (
+                    RemoteTraceback(value)
+                )
+            out.append(value)
+        return out
+
+    def close(self) -> None:
+        """Stops the processes (asked first, then terminated if they do not leave)."""
+        for conn in self.conns:
+            try:
+                conn.send(None)
+            except OSError:
+                pass
+        for proc in self.procs:
+            proc.join(5.0)
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(5.0)
+        for conn in self.conns:
+            conn.close()
+        self.conns, self.procs = [], []
 
 
 class Ceiling:
@@ -148,73 +265,20 @@ class Ceiling:
     def __init__(
         self, ctx: Any, factory: Any, sizes: Sequence[int], vector: bool, seed: int = 0
     ) -> None:
-        payload = cloudpickle.dumps(factory)
         self.sizes = list(sizes)
         self.vector = vector
-        self.conns: list[Connection] = []
-        self.procs: list[Any] = []
-        start = seed
-        try:
-            for size in self.sizes:
-                mine, theirs = ctx.Pipe()
-                proc = ctx.Process(
-                    target=_child,
-                    args=(theirs, payload, size, vector, start),
-                    name=f"envmgr-tune-ceiling-{len(self.procs)}",
-                    daemon=True,
-                )
-                with ctrl_c_held():  # as for the workers: recorded before Ctrl-C lands
-                    with _main_module_hidden():  # and no guard needed in scripts
-                        proc.start()
-                    self.conns.append(mine)
-                    self.procs.append(proc)
-                theirs.close()
-                start += size
-            self._gather(START_TIMEOUT, "build its envs")
-        except BaseException:
-            self.close()
-            raise
-
-    def _gather(self, timeout: float, doing: str) -> list[Any]:
-        out = []
-        for p, conn in enumerate(self.conns):
-            if not conn.poll(timeout):
-                raise TuneError(f"ceiling process {p} did not {doing} within {timeout:g} s")
-            try:
-                status, value = conn.recv()
-            except EOFError:
-                raise TuneError(
-                    f"ceiling process {p} exited while trying to {doing} "
-                    f"(exit code {self.procs[p].exitcode})"
-                ) from None
-            if status != "ok":
-                # The message ends with the exception line; the whole traceback is the cause.
-                last = value.strip().splitlines()[-1]
-                raise TuneError(f"ceiling process {p} failed to {doing}: {last}") from (
-                    RemoteTraceback(value)
-                )
-            out.append(value)
-        return out
+        block = _VectorBlock if vector else _SingleBlock
+        starts = [seed + sum(self.sizes[:p]) for p in range(len(self.sizes))]
+        self.processes = BlockProcesses(
+            ctx, [partial(block, factory, n, s) for n, s in zip(self.sizes, starts, strict=True)]
+        )
 
     def run(self, seconds: float) -> float:
         """Every process steps for ``seconds`` at once; returns the sum of their env-steps/s."""
-        for conn in self.conns:
-            conn.send(seconds)
-        results = self._gather(seconds + RUN_MARGIN, "step")
+        self.processes.post("run", seconds)
+        results = self.processes.gather(seconds + RUN_MARGIN, "step")
         return sum(steps / elapsed for steps, elapsed in results)
 
     def close(self) -> None:
-        """Stops the processes (asked first, then terminated if they do not leave)."""
-        for conn in self.conns:
-            try:
-                conn.send(None)
-            except OSError:
-                pass
-        for proc in self.procs:
-            proc.join(5.0)
-            if proc.is_alive():
-                proc.terminate()
-                proc.join(5.0)
-        for conn in self.conns:
-            conn.close()
-        self.conns, self.procs = [], []
+        """Stops the processes."""
+        self.processes.close()
