@@ -244,3 +244,62 @@ def test_first_ready_collects_every_env_at_the_deadline() -> None:
         assert envs.step(runner.actions[0])[0].shape == (4, 4)
     finally:
         runner.close()
+
+
+# ------------------------------------------------------------ the ceiling's process shell
+
+
+def test_block_processes_call_each_block_and_answer_in_order() -> None:
+    """Each process builds its own block and calls what it is told; answers come in order."""
+    import io
+    import multiprocessing as mp
+
+    from envmgr.tune.ceiling import BlockProcesses
+
+    procs = BlockProcesses(mp.get_context("fork"), [io.StringIO, io.StringIO], name="t")
+    try:
+        pids = [p.pid for p in procs.procs]
+        procs.send(0, "write", "ab")
+        procs.send(1, "write", "cde")
+        assert procs.gather(30.0, "write") == [2, 3]
+        procs.post("getvalue")
+        assert procs.gather(30.0, "read") == ["ab", "cde"]
+    finally:
+        procs.close()
+    assert procs.procs == [] and all(not _alive(pid) for pid in pids)
+
+
+@pytest.mark.parametrize(
+    ("builder", "said"),
+    [
+        (lambda: int("x"), "ceiling process 1 failed to build its envs: ValueError"),
+        (lambda: __import__("os")._exit(3), "ceiling process 1 exited while trying to build"),
+        (lambda: __import__("time").sleep(30), "ceiling process 1 did not build its envs within"),
+    ],
+    ids=["raises", "exits", "hangs"],
+)
+def test_block_processes_name_the_process_that_failed_to_build(builder, said) -> None:  # type: ignore[no-untyped-def]
+    """A failed, dead or silent process is a TuneError naming it, and none is left behind."""
+    import io
+    import multiprocessing as mp
+
+    from envmgr.errors import RemoteTraceback
+    from envmgr.tune.ceiling import BlockProcesses, TuneError
+
+    before = {p.pid for p in mp.active_children()}
+    with pytest.raises(TuneError, match=said) as info:
+        BlockProcesses(mp.get_context("fork"), [io.StringIO, builder], start_timeout=1.0)
+    if "failed" in said:  # the whole remote traceback is the cause
+        assert isinstance(info.value.__cause__, RemoteTraceback)
+        assert "in _child" in str(info.value.__cause__)
+    assert {p.pid for p in mp.active_children()} <= before
+
+
+def _alive(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
