@@ -213,6 +213,8 @@ class BlockProcesses:
         out = []
         for p, conn in enumerate(self.conns):
             if timeout is not None and not conn.poll(timeout):
+                # Stuck: killed now, not after close()'s wait for a clean exit it cannot make.
+                self.procs[p].kill()
                 raise TuneError(f"ceiling process {p} did not {doing} within {timeout:g} s")
             try:
                 status, value = conn.recv()
