@@ -110,6 +110,32 @@ def test_policy_loop_smoke(tmp_path: Path) -> None:
     assert "| pool | mlp |" in proc.stdout
 
 
+def test_timeline_splits_every_batch_into_its_segments(tmp_path: Path) -> None:
+    """Every segment of the default layout's batch is measured, in every worker, none
+    negative, and the ceiling of the same run is set beside it."""
+    out = tmp_path / "timeline.txt"
+    args = ["--env", "noop", "--n", "4", "--batches", "300", "--seconds", "0.1"]
+    proc = run("timeline.py", *args, "--out", str(out), cwd=tmp_path)
+    assert out.read_text() == proc.stdout
+    rows = {
+        line[:40].strip(): [float(x) for x in line[40:].split()]
+        for line in proc.stdout.splitlines()
+        if line[40:].replace(".", "").replace(" ", "").replace("-", "").isdigit()
+    }
+    segments = ["pick-up", "env steps", "worker's own", "publish"]
+    expected = {f"{s}, worker {w}" for s in segments for w in (0, 1)}
+    expected |= {
+        "wake (last publish -> parent runs)",
+        "parent (runs -> next post)",
+        "imbalance (last - first finish)",
+        "batch (post -> next post)",
+    }
+    assert set(rows) == expected
+    assert all(min(values) >= 0 for values in rows.values()), rows
+    assert rows["batch (post -> next post)"][0] > 0
+    assert "ceiling, same run:" in proc.stdout and "batches; µs per batch" in proc.stdout
+
+
 def test_parent_instructions_child_steps_a_manager(tmp_path: Path) -> None:
     """The script's traced child (valgrind itself is not needed for this) builds and steps
     the manager whose parent it counts."""
