@@ -22,7 +22,8 @@ is a ``perf_counter()`` call and a list append, well under a microsecond. For ea
 * *worker's own*: the rest from the command to its publish: reading actions, the step
   loop, writing observations, rewards and info columns to shared memory;
 * *publish*: storing DONE (the last worker also rings the parent's wake-up pipe);
-* *wake*: from the last worker's publish to the parent's ``poll`` returning;
+* *wake*: from the last worker's publish to the parent's batch wait returning (woken
+  from its ``poll``, or seeing it while it spins);
 * *parent*: from that return to the next post: envmgr's read of the batch, the caller's
   loop (here, picking the next pre-sampled actions) and the next step's checks and writes;
 * *imbalance*: how much later the last worker finished than the first.
@@ -130,19 +131,19 @@ def instrument(notes: Notes) -> None:
 
         return post
 
-    def sleep(f: Callable[..., Any]) -> Callable[..., Any]:
-        def parent_sleep(self: Any, seconds: float) -> Any:
-            got = f(self, seconds)
+    def wait_all(f: Callable[..., Any]) -> Callable[..., Any]:
+        def wait(self: Any, seq: int, *args: Any, **kwargs: Any) -> Any:
+            got = f(self, seq, *args, **kwargs)
             note("woke", _clock())
             return got
 
-        return parent_sleep
+        return wait
 
     _wrap(worker_doorbell.WorkerDoorbell, "wait", worker_wait)
     _wrap(worker_doorbell.WorkerDoorbell, "step_done", step_done)
     _wrap(single_group.SingleEnvGroup, "step", group_step)
     _wrap(doorbell.ParentDoorbell, "announce", announce)
-    _wrap(doorbell.ParentSleeper, "sleep", sleep)
+    _wrap(doorbell.ParentDoorbell, "wait_all", wait_all)
     assert worker.serve_step is not None  # the worker module the wrappers run in
 
 
