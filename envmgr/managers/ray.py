@@ -9,13 +9,14 @@ arguments, the documentation and the Ray connection, and builds the backend::
     RayEnvManager (frontend.BatchedVectorEnv: API, restarts, infos, timers)
         |  post / post_step / wait / replace
         v
-    RayBackend (backends/_ray_backend.py) -- actor.run.remote(cmd), ray.wait -->
-        EnvActor (backends/_ray_actor.py) -- serve(cmd) --> EnvGroup (envmgr.envside.group)
+    RayBackend (backends/ray/backend.py) -- actor.run.remote(cmd), ray.wait -->
+        EnvActor (backends/ray/actor.py) -- serve(cmd) --> EnvGroup (envmgr.envside.group)
 
 * One actor per node (or per group of cores) owns many envs. A Ray actor call
-  costs ~0.7 ms against ~0.04 ms for a pipe round trip, so each call carries a
-  whole batch: one call per actor per batch step, answered with the actor's rows
-  of the batch.
+  costs about ten times a pipe round trip to a child process (under a millisecond
+  against tens of microseconds on the 2-vCPU machine of
+  ``benchmarks/results/outputs/ray_call.json``), so each call carries a whole batch:
+  one call per actor per batch step, answered with the actor's rows of the batch.
 * Inside an actor the envs are stepped inline (``workers_per_actor`` 0 or 1) or
   by envmgr's own :class:`~envmgr.SubprocessEnvManager`, hosted as a batched env,
   when the actor is given several cores (``workers_per_actor=N``).
