@@ -1,7 +1,7 @@
 """The Ray actor: a thin wrapper around one :class:`~envmgr.envside.group.EnvGroup`.
 
 Like the worker process, it receives commands of :mod:`envmgr.protocol.messages` and
-answers them with :func:`envmgr.envside.group.serve`; without shared memory, its
+answers them with :func:`envmgr.envside.serve.serve`; without shared memory, its
 answers to steps and resets carry the group's rows of the batch (``arrays``).
 Ray runs a default actor's methods one at a time on one thread, so the thread's
 default timer stack collects everything, a hosted manager's merged timings too.
