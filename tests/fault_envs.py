@@ -65,6 +65,7 @@ from __future__ import annotations
 import ctypes
 import faulthandler
 import functools
+import mmap
 import os
 import signal
 import threading
@@ -279,7 +280,7 @@ class FaultEnv(gym.Env):  # type: ignore[type-arg]
         self.t = 0
         self.calls = 0  # step calls over the env's lifetime
         self.resets = 0  # reset calls over the env's lifetime
-        self._leak: list[bytearray] = []
+        self._leak: list[mmap.mmap] = []
         init_fault = kind if self.armed else None
         rebuilding = self.incarnation >= 1 and (
             rebuild_in is None or self.incarnation in rebuild_in
@@ -313,7 +314,12 @@ class FaultEnv(gym.Env):  # type: ignore[type-arg]
         self.calls += 1
         info: dict[str, Any] = {}
         if self.kind == "leak" and self.armed:
-            self._leak.append(bytearray(b"x" * self.leak_bytes))  # touched, so resident
+            # A fresh mapping, every page written: resident for sure. (A bytearray could
+            # come from free heap inherited from a forked parent, pages already counted in
+            # the RSS, and the leak would not show.)
+            block = mmap.mmap(-1, self.leak_bytes)
+            block.write(b"x" * self.leak_bytes)
+            self._leak.append(block)
             info["rss"] = rss_bytes()
             info["leaked"] = len(self._leak) * self.leak_bytes
         if self.armed and self.calls >= self.at_step:
