@@ -59,7 +59,7 @@ from run_context import machine_info  # noqa: E402
 from timing import sample_actions  # noqa: E402
 
 from envmgr import SubprocessEnvManager  # noqa: E402
-from envmgr.backends.local import doorbell, worker, worker_doorbell  # noqa: E402
+from envmgr.backends.local import doorbell, worker_doorbell  # noqa: E402
 from envmgr.envside import single_group  # noqa: E402
 
 _clock = time.perf_counter
@@ -144,7 +144,6 @@ def instrument(notes: Notes) -> None:
     _wrap(single_group.SingleEnvGroup, "step", group_step)
     _wrap(doorbell.ParentDoorbell, "announce", announce)
     _wrap(doorbell.ParentDoorbell, "wait_all", wait_all)
-    assert worker.serve_step is not None  # the worker module the wrappers run in
 
 
 def segments(notes: Notes, skip: int) -> dict[str, np.ndarray]:
@@ -160,15 +159,15 @@ def segments(notes: Notes, skip: int) -> dict[str, np.ndarray]:
         row: dict[str, float] = {}
         ends = []
         for w, pid in enumerate(workers):
+            # A command seen in shared memory is always a step, so the k-th pick-up and
+            # the k-th group step are one batch; publish also marks resets (by time, then).
             k = int(np.searchsorted(pick[pid], t))
             q = int(np.searchsorted(publish[pid], t))
-            # The env group's notes count its steps only: as many as step commands seen.
-            e = k - (len(pick[pid]) - len(env[pid]))
-            if k >= len(pick[pid]) or q >= len(published[pid]) or not 0 <= e < len(env[pid]):
+            if k >= min(len(pick[pid]), len(env[pid])) or q >= len(published[pid]):
                 break
             row[f"pick-up, worker {w}"] = pick[pid][k] - t
-            row[f"env steps, worker {w}"] = env[pid][e]
-            row[f"worker's own, worker {w}"] = publish[pid][q] - pick[pid][k] - env[pid][e]
+            row[f"env steps, worker {w}"] = env[pid][k]
+            row[f"worker's own, worker {w}"] = publish[pid][q] - pick[pid][k] - env[pid][k]
             row[f"publish, worker {w}"] = published[pid][q] - publish[pid][q]
             ends.append(publish[pid][q])
         else:
