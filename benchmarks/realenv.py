@@ -19,7 +19,7 @@ The implementations (``--impls``), ``W`` = ``--workers`` (2):
   processes stepping ``n / W`` envs each with no communication (the ceiling), and the same
   processes behind a bare barrier every step (the lock-step bound: the most any design that
   waits for the whole batch can reach);
-* ``doorbell``: the default layout's own bound, ``handoff.FloorPingPong`` with work: ``W``
+* ``doorbell``: the default layout's own bound, ``floor.FloorPingPong`` with work: ``W``
   processes stepping ``n / W`` envs each when envmgr's doorbell announces a step, and a
   parent that sleeps until the last one wakes it (``W + 1`` processes, as envmgr's
   ``step``), with no actions, observations or infos crossing;

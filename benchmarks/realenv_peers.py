@@ -182,7 +182,7 @@ def build(impl: str, env: str, n: int, workers: int, actions: np.ndarray) -> Any
     if impl == "envpool":
         return EnvpoolPort(env, n, workers)
     if impl == "doorbell":
-        from handoff import FloorPingPong
+        from floor import FloorPingPong
 
         from envmgr.managers.local import DEFAULT_SPIN_SECONDS
 

@@ -17,10 +17,9 @@ import functools
 import multiprocessing as mp
 import os
 import select
+import sys
 import time
 from collections.abc import Iterator
-from multiprocessing.connection import Connection
-from multiprocessing.shared_memory import SharedMemory
 from pathlib import Path
 from time import monotonic
 from typing import Any
@@ -33,7 +32,10 @@ from fault_envs import EXIT_CODE, fault_env_fns
 from envmgr import SubprocessEnvManager, WorkerDiedError
 from envmgr.backends.local import doorbell
 from envmgr.backends.local.wait import Quietly, Until, wait_until
-from envmgr.backends.local.worker_doorbell import WorkerDoorbell
+
+# benchmarks/ goes last on the path: its envs module must not shadow the tests' own.
+sys.path.append(str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from floor import FloorPingPong  # noqa: E402
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -167,96 +169,23 @@ def test_no_sleep_runs_past_the_deadline() -> None:
 # ------------------------------------------------------------------ the doorbells, real processes
 
 
-def _sleepy_worker(
-    conn: Connection, wake: Connection, shm_name: str, rows: int, index: int
-) -> None:
-    """Answer every announced step through a WorkerDoorbell that never spins."""
-    shm = SharedMemory(name=shm_name)
-    try:
-        control: np.ndarray = np.ndarray((rows, doorbell._ROW), dtype=np.int64, buffer=shm.buf)
-        parent = os.getppid()
-        bell = WorkerDoorbell(
-            control, index, conn, wake.fileno(), 0.0, lambda: os.getppid() == parent
-        )
-        conn.send_bytes(b"ready")
-        while True:
-            got = bell.wait()
-            if not isinstance(got, tuple):  # None: parent gone; bytes: told to stop
-                break
-            bell.step_done(got[0], False)
-        del bell, control
-    finally:
-        shm.close()
-
-
-class Doorbells:
-    """A parent doorbell and ``n`` worker processes answering through theirs."""
-
-    def __init__(self, n: int) -> None:
-        rows = n + 1
-        self.shm = SharedMemory(create=True, size=rows * doorbell._ROW * 8)
-        self.control: np.ndarray = np.ndarray(
-            (rows, doorbell._ROW), dtype=np.int64, buffer=self.shm.buf
-        )
-        self.control[:] = 0
-        ctx = mp.get_context("forkserver")
-        # As the manager does (managers/local.py): whichever test starts the forkserver
-        # first decides what every later worker finds imported already.
-        ctx.set_forkserver_preload(["envmgr.backends.local.worker"])
-        self.wake_r, self.wake_w = ctx.Pipe(duplex=False)
-        os.set_blocking(self.wake_r.fileno(), False)
-        self.poller = select.poll()
-        self.poller.register(self.wake_r.fileno(), select.POLLIN)
-        self.conns: list[Connection] = []
-        self.procs: list[Any] = []
-        for w in range(n):
-            mine, theirs = ctx.Pipe(duplex=True)
-            proc = ctx.Process(
-                target=_sleepy_worker,
-                args=(theirs, self.wake_w, self.shm.name, rows, w),
-                daemon=True,
-            )
-            proc.start()
-            theirs.close()
-            self.conns.append(mine)
-            self.procs.append(proc)
-            self.poller.register(proc.sentinel, select.POLLIN)
-        for conn in self.conns:
-            assert conn.poll(30.0), "a worker did not start"
-            assert conn.recv_bytes() == b"ready"
-        self.bell = doorbell.ParentDoorbell(
-            self.control, self.conns, self.wake_r.fileno(), self.poller
-        )
-
-    def close(self) -> None:
-        for conn in self.conns:
-            try:
-                conn.send_bytes(b"stop")
-            except OSError:
-                pass
-        for proc in self.procs:
-            proc.join(10.0)
-            if proc.is_alive():
-                proc.kill()
-                proc.join(10.0)
-        for c in (*self.conns, self.wake_r, self.wake_w):
-            c.close()
-        self.bell = None  # type: ignore[assignment]
-        self.control = np.empty(0)
-        self.shm.close()
-        self.shm.unlink()
-
-
 @pytest.fixture
-def two_workers() -> Iterator[Doorbells]:
-    bells = Doorbells(2)
+def two_workers() -> Iterator[FloorPingPong]:
+    """A parent doorbell and two worker processes answering through theirs, never spinning
+    (``benchmarks/floor.py``'s rig: the floor the benchmarks time is the one tested here)."""
+    # As the manager does (managers/local.py): whichever test starts the forkserver
+    # first decides what every later worker finds imported already.
+    mp.get_context("forkserver").set_forkserver_preload(["envmgr.backends.local.worker"])
+    bells = FloorPingPong(2, spin_seconds=0.0, context="forkserver")
     try:
         yield bells
     finally:
         bells.close()
 
 
-def test_a_batch_of_sleeping_workers_is_woken_and_wakes_the_parent(two_workers: Doorbells) -> None:
+def test_a_batch_of_sleeping_workers_is_woken_and_wakes_the_parent(
+    two_workers: FloorPingPong,
+) -> None:
     """Neither side spins: each worker marks itself asleep and blocks on its pipe until the
     parent rings it; the parent sleeps in poll until the last worker to finish rings the
     wake-up pipe. Every step is announced only once both workers are marked asleep."""
@@ -272,7 +201,9 @@ def test_a_batch_of_sleeping_workers_is_woken_and_wakes_the_parent(two_workers: 
         assert two_workers.control[-1, doorbell.ALL_DONE] == seq
 
 
-def test_the_sentinel_of_a_worker_that_exits_ends_the_parents_wait(two_workers: Doorbells) -> None:
+def test_the_sentinel_of_a_worker_that_exits_ends_the_parents_wait(
+    two_workers: FloorPingPong,
+) -> None:
     bell = two_workers.bell
     two_workers.procs[1].kill()
     bell.announce([0, 1], 1, doorbell.KIND_STEP)
