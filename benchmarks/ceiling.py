@@ -43,8 +43,6 @@ from timing import run_for  # noqa: E402
 
 from envmgr.tune.ceiling import BlockProcesses  # noqa: E402
 
-#: Longest wait for a process to build its block (thousands of single envs take seconds).
-START_TIMEOUT = 120.0
 #: int64 words per lock-step word (one cache line each).
 _LINE = 8
 
@@ -204,7 +202,6 @@ class Ceiling:
                 for a, size in zip(starts, self.sizes, strict=False)
             ],
             name="ceiling",
-            start_timeout=START_TIMEOUT,
         )
 
     def steps(self, count: int) -> None:
