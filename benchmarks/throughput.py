@@ -84,6 +84,7 @@ from timing import (  # noqa: E402
 )
 
 import envmgr  # noqa: E402
+from envmgr.cli.common import Parser  # noqa: E402
 
 bench_envs.make_picklable()
 
@@ -194,7 +195,8 @@ QUICK = {
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
+    # envmgr's parser: a usage error is one line on stderr, as `envmgr bench` promises.
+    p = Parser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument(

@@ -104,8 +104,9 @@ def add_timers_parsers(sub: Any) -> None:
         "timers",
         help="read a timers.json: show it, fold it for flame graphs, plot it, summarise workers",
         description="Read a timer tree (a timers.json written by envmgr.timers or by Unity "
-        "ML-Agents) and present it. Exit codes: 0 ok, 1 unreadable file or not a timer tree "
-        "(one line on stderr), 2 usage error.",
+        "ML-Agents) and present it. Exit codes: 0 ok, 1 a file that is not a timer tree or an "
+        "output that cannot be written, 2 usage error (an unreadable FILE included); errors "
+        "are one line on stderr.",
     )
     timers_parser.set_defaults(func=None, parser=timers_parser)
     tsub = timers_parser.add_subparsers(dest="timers_command", metavar="ACTION")
