@@ -228,7 +228,8 @@ def test_dict_messages_carry_the_key_path() -> None:
     aim[0, 1] = np.nan
     rejects(space, dict(good, aim=aim), r"actions\['aim'\]", r"env 0 \(worker 0\)")
     rejects(space, {"move": good["move"]}, r"dict with keys \['aim', 'move'\]", r"\['move'\]")
-    rejects(space, dict(good, extra=1), "dict with keys")
+    rejects(space, {"move": good["move"]}, r": actions\['aim'\] missing$")
+    rejects(space, dict(good, extra=1), "dict with keys", r": actions\['extra'\] not in the space$")
     rejects(space, np.zeros(N), "dict with keys", "ndarray")
 
 

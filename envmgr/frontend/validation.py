@@ -157,8 +157,7 @@ class ActionChecker:
             # Extra keys are harmless to placing the batch (AsyncVectorEnv ignores them too);
             # strict mode reports them, as space.contains would.
             if not isinstance(x, Mapping) or (x.keys() != keys if strict else keys - x.keys()):
-                got = sorted(map(str, x)) if isinstance(x, Mapping) else type(x).__name__
-                raise ValueError(f"{p} must be a dict with keys {sorted(keys)}, got {got}")
+                raise ValueError(_dict_mismatch(x, p, keys, strict))
             for k, c in parts.items():
                 c(x[k], f"{p}[{k!r}]")
 
@@ -351,3 +350,15 @@ class ActionChecker:
 
 def _nothing(x: Any, p: str) -> None:
     """The ``"off"`` mode's check."""
+
+
+def _dict_mismatch(x: Any, p: str, keys: Any, strict: bool) -> str:
+    """What is wrong with ``x`` where a dict batch with ``keys`` belongs, naming the paths."""
+    if not isinstance(x, Mapping):
+        return f"{p} must be a dict with keys {sorted(keys)}, got {type(x).__name__}"
+    missing = [f"{p}[{k!r}]" for k in keys if k not in x]
+    extra = [f"{p}[{k!r}]" for k in x if k not in keys] if strict else []
+    said = [f"{', '.join(missing)} missing"] if missing else []
+    said += [f"{', '.join(extra)} not in the space"] if extra else []
+    got = sorted(map(str, x))
+    return f"{p} must be a dict with keys {sorted(keys)}, got {got}: {'; '.join(said)}"
