@@ -12,6 +12,7 @@ import re
 
 import numpy as np
 import pytest
+from conftest import Backend, on_backends
 from envs import DictObsEnv
 from helpers import batch_actions, full_text
 
@@ -81,15 +82,18 @@ def test_call_async_and_call_wait() -> None:
             envs.call_wait()
 
 
-def test_env_step_seconds_counts_every_env_step() -> None:
-    with SubprocessEnvManager(DictObsEnv, 2, 2) as envs:
+@on_backends()
+def test_env_step_seconds_counts_every_env_step(backend: Backend) -> None:
+    """Up to date whenever asked, not only when a step happened to ship the timers."""
+    with backend([DictObsEnv] * 4, 2, 2) as envs:
         envs.reset(seed=0)
         expected = np.zeros(4, dtype=np.int64)
         pending_reset = np.zeros(4, dtype=bool)
-        for a in batch_actions(envs, 25):
+        for k, a in enumerate(batch_actions(envs, 25), 1):
             _, _, term, trunc, _ = envs.step(a)
             expected += ~pending_reset  # an autoreset step is not an env.step
             pending_reset = term | trunc
-        seconds, steps = envs.env_step_seconds()
-    assert steps.tolist() == expected.tolist()
-    assert seconds.shape == (4,) and (seconds > 0).all()
+            if k in (5, 6, 25):
+                seconds, steps = envs.env_step_seconds()
+                assert steps.tolist() == expected.tolist(), f"after step {k}"
+                assert seconds.shape == (4,) and (seconds > 0).all()

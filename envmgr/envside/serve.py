@@ -71,7 +71,9 @@ def serve(group: EnvGroup, cmd: Command, with_arrays: bool = False) -> Response 
         group.set_attr(cmd.name, cmd.values, cmd.env_ids)
         return Ack(group.index, cmd.seq)
     if isinstance(cmd, FlushTimers):
-        return _answer(group, cmd.seq, [], True, False)
+        # Without shared memory the per-env step times travel in the answer; the batch's
+        # rows do not (the parent has them from the last step or reset).
+        return _answer(group, cmd.seq, [], True, with_arrays, rows=False)
     raise TypeError(f"group {group.index}: unknown command {cmd!r}")
 
 
@@ -120,8 +122,18 @@ def _within(group: EnvGroup, name: str, run: Callable[..., Infos], *args: Any) -
 
 
 def _answer(
-    group: EnvGroup, seq: int, infos: Infos, ship_timers: bool, with_arrays: bool
+    group: EnvGroup,
+    seq: int,
+    infos: Infos,
+    ship_timers: bool,
+    with_arrays: bool,
+    rows: bool = True,
 ) -> StepResponse | None:
+    """The answer, or ``None`` when the batch arrays say it all.
+
+    ``with_arrays``: carry the group's rows of the batch arrays (``rows``) and, with the
+    timers, its per-env step times (a backend without shared memory).
+    """
     writer = group.info_writer
     schema = writer.schema() if writer is not None and writer.unacked else None
     if not (infos or ship_timers or with_arrays or schema) and group.shared_obs:
@@ -135,10 +147,10 @@ def _answer(
     arrays = None
     if with_arrays:
         arrays = (
-            views["observations"] if shared_obs else None,
-            views["rewards"],
-            views["terminations"],
-            views["truncations"],
+            views["observations"] if shared_obs and rows else None,
+            views["rewards"] if rows else None,
+            views["terminations"] if rows else None,
+            views["truncations"] if rows else None,
             views["env_seconds"] if ship_timers else None,
             views["env_steps"] if ship_timers else None,
         )

@@ -257,7 +257,8 @@ class StepResponse:
         gauges: The worker's gauges since the last shipment.
         arrays: The group's rows of the batch, from a backend without shared
             memory: ``(observations or None, rewards, terminations, truncations,
-            env_seconds or None, env_steps or None)``.
+            env_seconds or None, env_steps or None)``; a timers flush carries the
+            step times alone (the first four ``None``).
         info_schema: The group's info columns, until the parent reads with them
             (:mod:`envmgr.protocol.info_columns`); ``None``: unchanged.
     """

@@ -243,9 +243,10 @@ class RayBackend:
         obs, rewards, terms, truncs, seconds, steps = arrays
         if obs is not None and buffers.observations is not None:
             scatter_tree(buffers.observations, rows, obs)
-        buffers.rewards[rows] = rewards
-        buffers.terminations[rows] = terms
-        buffers.truncations[rows] = truncs
+        if rewards is not None:  # None: a timers flush, which carries the step times only
+            buffers.rewards[rows] = rewards
+            buffers.terminations[rows] = terms
+            buffers.truncations[rows] = truncs
         if seconds is not None:
             buffers.env_seconds[rows] = seconds
             buffers.env_steps[rows] = steps
