@@ -12,6 +12,7 @@ in ``test_equivalence.py`` and ``test_async_compat.py``.
 from __future__ import annotations
 
 import functools
+import time
 from typing import Any
 
 import gymnasium as gym
@@ -131,6 +132,25 @@ def test_uneven_layout_send_recv_follow_the_real_groups(backend: Backend) -> Non
             envs.send(actions[3:], [4, 3])
         *_, ids = envs.recv()
         assert ids.tolist() == [3, 4]
+
+
+@on_backends()
+def test_recv_batch_size_counts_envs_even_when_the_small_group_finishes_first(
+    backend: Backend,
+) -> None:
+    """Groups of 3 and 2 envs; the 2 are sent first and finish first. ``recv(batch_size=3)``
+    must wait for the other group too: 2 envs are fewer than asked for."""
+    with backend(tagged(5), 2) as envs:
+        envs.reset(seed=0)
+        actions = envs.action_space.sample()
+        envs.send(actions[3:], [3, 4])
+        *_, ids = envs.recv(batch_size=2)  # one group holds 2: whichever comes first
+        assert ids.tolist() == [3, 4]
+        envs.send(actions[3:], [3, 4])
+        time.sleep(0.2)  # time for it to finish before the larger group is sent
+        envs.send(actions[:3], [0, 1, 2])
+        *_, ids = envs.recv(batch_size=3)
+        assert ids.tolist() == [0, 1, 2, 3, 4]
 
 
 # ----------------------------------------------------------------------------- per-env targets

@@ -92,8 +92,7 @@ class FirstReady:
         inflight = session.state.in_flight
         if not inflight:
             raise NoAsyncCallError("recv() called with no step in flight: send() first", "recv")
-        size = session.layout.largest
-        need = min(len(inflight), max(1, -(-(batch_size or size) // size)))
+        need = _groups_to_wait_for(batch_size, [session.layout.sizes[g] for g in inflight])
         timeout = session.timeout(timeout)
         worker_timers = session.worker_timers
         waited = 0.0
@@ -117,3 +116,17 @@ class FirstReady:
         ship = any(a is not None and a.timer_root is not None for a in answers.values())
         obs, rewards, terms, truncs, infos = session.read(answers, replaced, ship, ids)
         return obs, rewards, terms, truncs, infos, ids
+
+
+def _groups_to_wait_for(batch_size: int | None, sizes: list[int]) -> int:
+    """How many of the in-flight groups (of ``sizes`` envs) to wait for: enough to hold
+    ``batch_size`` envs whichever finish first (so the smallest count), one by default,
+    all when they hold fewer."""
+    if batch_size is None:
+        return 1
+    held = 0
+    for k, size in enumerate(sorted(sizes), 1):
+        held += size
+        if held >= batch_size:
+            return k
+    return len(sizes)

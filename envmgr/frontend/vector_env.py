@@ -304,8 +304,10 @@ class BatchedVectorEnv(VectorEnv):  # type: ignore[type-arg]
         """Return the first groups to finish their :meth:`send` (EnvPool's ``recv``).
 
         Args:
-            batch_size: Envs to return, rounded up to whole groups; defaults to one
-                group. Capped at what is in flight.
+            batch_size: Envs to return at least, in whole groups: it waits for as many
+                groups as hold that many envs even if the smallest finish first (with
+                uneven groups it may return more); defaults to one group. Capped at what
+                is in flight.
             timeout: Seconds to wait; defaults to the manager's ``step_timeout``.
 
         Returns:

@@ -54,11 +54,6 @@ class Layout:
     def n_groups(self) -> int:
         return len(self.sizes)
 
-    @cached_property
-    def largest(self) -> int:
-        """The size of the largest group."""
-        return max(self.sizes)
-
     @property
     def even(self) -> bool:
         """All groups have the same size."""
