@@ -95,6 +95,7 @@ def test_layout_counts_caller_envs_in_num_envs() -> None:
         assert envs.num_envs == 10
         assert envs.n_workers == 2 and len(envs.worker_pids) == 2
         assert envs.worker_sizes == (3, 3)
+        assert envs.restarts == [0, 0]  # per worker process, as worker_pids
     # envs_per_worker describes the workers: the caller's envs come on top.
     with SubprocessEnvManager(cartpole, 2, 3, caller_envs=2) as envs:
         assert envs.num_envs == 8

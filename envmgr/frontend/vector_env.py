@@ -242,7 +242,9 @@ class BatchedVectorEnv(VectorEnv):  # type: ignore[type-arg]
         return self._calls.call(name, *args, env_ids=env_ids, **kwargs)
 
     def get_attr(self, name: str, env_ids: Sequence[int] | None = None) -> tuple[Any, ...]:
-        """Read attribute ``name`` of each env (of ``env_ids``)."""
+        """Attribute ``name`` of each env (of ``env_ids``), found through the wrappers;
+        a method is called with no arguments and its result given, as Gymnasium's
+        ``AsyncVectorEnv.get_attr`` does."""
         return self.call(name, env_ids=env_ids)
 
     def render(self) -> tuple[Any, ...]:

@@ -232,8 +232,9 @@ class SubprocessEnvManager(BatchedVectorEnv):
 
     @property
     def restarts(self) -> list[int]:
-        """Restarts so far, per worker."""
-        return self._budget.restarts
+        """Restarts so far, per worker process (a copy; the caller's envs have no process
+        to replace, so they have no entry, as in ``worker_pids`` and ``worker_sizes``)."""
+        return self._budget.restarts[: self.n_workers]
 
     @property
     def worker_pids(self) -> list[int]:

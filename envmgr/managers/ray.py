@@ -128,8 +128,8 @@ def _release_ray(ray: Any, shutdown: bool = True) -> None:
 class RayEnvManager(BatchedVectorEnv):
     """A ``gymnasium.vector.VectorEnv`` whose envs run in Ray actors across a cluster.
 
-    The same API as :class:`envmgr.SubprocessEnvManager`, plus first-ready
-    stepping (:meth:`async_reset` / :meth:`send` / :meth:`recv`).
+    The same API as :class:`envmgr.SubprocessEnvManager`, first-ready stepping
+    (:meth:`async_reset` / :meth:`send` / :meth:`recv`) included.
 
     Example:
         >>> envs = RayEnvManager(lambda: gym.make("CartPole-v1"), 2, 64, address="auto")
@@ -148,8 +148,11 @@ class RayEnvManager(BatchedVectorEnv):
         envs_per_actor: Envs each actor owns and steps per call (an even split; default
             1 with a single factory). Make it large: a Ray call costs ~1 ms.
         workers_per_actor: ``0``/``1``: the actor steps its envs itself.
-            ``N > 1``: the actor runs an :class:`~envmgr.SubprocessEnvManager`
-            with ``N`` worker processes (``envs_per_actor`` must be a multiple of ``N``).
+            ``N > 1`` with ``env_fns``: the actor runs an
+            :class:`~envmgr.SubprocessEnvManager` with ``N`` worker processes
+            (``envs_per_actor`` must be a multiple of ``N``). With ``vector_fn`` the
+            actor hosts its batched env itself, and ``N`` only sets the default
+            ``num_cpus_per_actor``.
         address: Ray address to connect to when Ray is not initialized yet:
             ``"auto"`` (an existing cluster on this machine), ``"ray://..."`` /
             ``"host:port"`` (a remote one), ``"local"`` (always start a new local
