@@ -92,7 +92,10 @@ class FirstReady:
         inflight = session.state.in_flight
         if not inflight:
             raise NoAsyncCallError("recv() called with no step in flight: send() first", "recv")
-        need = _groups_to_wait_for(batch_size, [session.layout.sizes[g] for g in inflight])
+        if batch_size is None:
+            need = 1
+        else:
+            need = _groups_to_wait_for(batch_size, [session.layout.sizes[g] for g in inflight])
         timeout = session.timeout(timeout)
         worker_timers = session.worker_timers
         waited = 0.0
@@ -118,12 +121,10 @@ class FirstReady:
         return obs, rewards, terms, truncs, infos, ids
 
 
-def _groups_to_wait_for(batch_size: int | None, sizes: list[int]) -> int:
+def _groups_to_wait_for(batch_size: int, sizes: list[int]) -> int:
     """How many of the in-flight groups (of ``sizes`` envs) to wait for: enough to hold
-    ``batch_size`` envs whichever finish first (so the smallest count), one by default,
-    all when they hold fewer."""
-    if batch_size is None:
-        return 1
+    ``batch_size`` envs whichever finish first (so the smallest count), all when they
+    hold fewer."""
     held = 0
     for k, size in enumerate(sorted(sizes), 1):
         held += size
