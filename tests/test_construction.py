@@ -6,6 +6,7 @@ do not fit together, and the spaces and metadata a manager reports.
 
 from __future__ import annotations
 
+import re
 import threading
 from typing import Any
 
@@ -142,3 +143,47 @@ def test_metadata_reports_the_autoreset_mode() -> None:
 def test_dict_obs_space_helper_matches_the_env() -> None:
     # Guards the test env itself: the space helper and the env agree.
     assert DictObsEnv().observation_space == dict_obs_space()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"close_timeout": "5"}, TypeError, "close_timeout must be a number of seconds, got '5'"),
+        ({"close_timeout": -1}, ValueError, "close_timeout must be >= 0 seconds, got -1"),
+        ({"step_timeout": float("nan")}, ValueError, "step_timeout must be > 0 seconds, got nan"),
+        ({"step_timeout": 0}, ValueError, "step_timeout must be > 0 seconds, got 0"),
+        ({"step_timeout": "5"}, TypeError, "step_timeout must be a number of seconds or None"),
+        ({"start_timeout": -1}, ValueError, "start_timeout must be > 0 seconds, got -1"),
+        ({"timer_interval": "x"}, TypeError, "timer_interval must be a number of seconds, got"),
+        ({"restart_window": -1}, ValueError, "restart_window must be > 0 seconds, got -1"),
+        ({"spin_seconds": "x"}, TypeError, "spin_seconds must be a number of seconds, got 'x'"),
+        ({"spin_seconds": float("nan")}, ValueError, "spin_seconds must be >= 0 seconds, got nan"),
+        ({"parent_spin_seconds": -1}, ValueError, "parent_spin_seconds must be >= 0 seconds"),
+        ({"copy": "yes"}, TypeError, "copy must be True or False, got 'yes'"),
+    ],
+)
+def test_bad_durations_and_flags_are_refused_before_anything_starts(
+    kwargs: dict[str, Any], error: type[Exception], match: str
+) -> None:
+    """A bad close_timeout used to surface only at close(), which then could not finish
+    (zombie workers, a segment left); nan meant no limit at all."""
+    with pytest.raises(error, match=re.escape(match)):
+        SubprocessEnvManager(cartpole, 2, 2, context="fork", **kwargs)
+
+
+def test_a_bad_timeout_for_one_wait_is_refused_and_ends_no_worker() -> None:
+    """A deadline that passes at once would count as the worker overrunning it."""
+    with SubprocessEnvManager(cartpole, 2, 2, context="fork") as envs:
+        envs.reset(seed=0)
+        pids = list(envs.worker_pids)
+        envs.step_async(envs.action_space.sample())
+        for bad, error in ((-1, ValueError), (0, ValueError), ("1", TypeError)):
+            with pytest.raises(error, match="timeout must be"):
+                envs.step_wait(timeout=bad)  # type: ignore[arg-type]
+        envs.step_wait(timeout=30)
+        envs.send(envs.action_space.sample())
+        with pytest.raises(ValueError, match="timeout must be > 0 seconds, got -1"):
+            envs.recv(timeout=-1)
+        envs.recv(batch_size=4, timeout=30)
+        envs.step(envs.action_space.sample())
+        assert envs.worker_pids == pids

@@ -79,8 +79,9 @@ class Calls:
     def call_wait(self, timeout: float | None = None) -> tuple[Any, ...]:
         """Wait for the call sent by :meth:`call_async`; one result per env."""
         session = self._session
+        timeout = session.timeout(timeout)  # a bad one is refused with the call still pending
         call = session.take(CallKind.CALL)
-        answers, _ = session.wait(call.seqs, session.timeout(timeout), call.kind, call.label)
+        answers, _ = session.wait(call.seqs, timeout, call.kind, call.label)
         return tuple(answers[g].results[k] for g, k in call.order)
 
     def call(

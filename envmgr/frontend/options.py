@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
-from typing import Any, TypedDict
+from numbers import Real
+from typing import Any, Literal, TypedDict, overload
 
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from envmgr.frontend.action_checks import check_mode
 
-__all__ = ["FrontEndOptions", "check_options", "DEFAULT_START_TIMEOUT", "DEFAULT_TIMER_INTERVAL"]
+__all__ = [
+    "FrontEndOptions",
+    "check_options",
+    "seconds",
+    "DEFAULT_START_TIMEOUT",
+    "DEFAULT_TIMER_INTERVAL",
+]
 
 
 #: Seconds a group may take to build its envs, by default.
@@ -47,7 +55,8 @@ class FrontEndOptions(TypedDict, total=False):
             limit); ``None`` counts over the manager's lifetime.
         start_timeout: Seconds a group may take to start and build its envs.
         timer_interval: Seconds between timer-tree shipments from the groups while
-            stepping; reads of the timer tree always pull in the rest first.
+            stepping (``0``: every step); reads of the timer tree always pull in the
+            rest first.
     """
 
     num_envs: int | None
@@ -72,6 +81,36 @@ def check_options(owner: str, options: dict[str, Any]) -> None:
     if unknown:
         raise TypeError(f"{owner}() got an unexpected keyword argument {unknown[0]!r}")
     check_mode(options.get("check_actions", "safe"))  # a bad value fails before anything starts
+    # Bad durations fail here, not as a broken wait or a refused close() later.
+    seconds("start_timeout", options.get("start_timeout"), none=True)
+    seconds("timer_interval", options.get("timer_interval", DEFAULT_TIMER_INTERVAL), zero=True)
+    seconds("restart_window", options.get("restart_window"), none=True)
+    if not isinstance(options.get("copy", True), bool):
+        raise TypeError(f"copy must be True or False, got {options['copy']!r}")
+
+
+@overload
+def seconds(name: str, value: Any, *, none: Literal[False] = ..., zero: bool = ...) -> float: ...
+@overload
+def seconds(name: str, value: Any, *, none: bool, zero: bool = ...) -> float | None: ...
+def seconds(name: str, value: Any, *, none: bool = False, zero: bool = False) -> float | None:
+    """``value`` as a number of seconds, or the error that names ``name``.
+
+    Args:
+        name: The argument, for the message.
+        value: What was given.
+        none: ``None`` is allowed (no limit) and returned as it is.
+        zero: ``0`` is allowed (don't wait, don't spin).
+    """
+    if value is None and none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, Real):
+        allowed = "a number of seconds" + (" or None" if none else "")
+        raise TypeError(f"{name} must be {allowed}, got {value!r}")
+    if math.isnan(value) or value < 0 or (value == 0 and not zero):
+        bound = ">= 0" if zero else "> 0"
+        raise ValueError(f"{name} must be {bound} seconds, got {value!r}")
+    return float(value)
 
 
 def hosted_autoreset_mode(metadata: Mapping[str, Any], options: Mapping[str, Any]) -> AutoresetMode:

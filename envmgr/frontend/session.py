@@ -23,6 +23,7 @@ from gymnasium.vector import AutoresetMode
 from envmgr import timers
 from envmgr.backends.base import Backend, Lost, Waited, remote_exception
 from envmgr.errors import BrokenWorkerError, RemoteTraceback, WorkerFailure
+from envmgr.frontend.options import seconds
 from envmgr.frontend.resets import reset_arguments
 from envmgr.frontend.restarts import RestartBudget
 from envmgr.frontend.results import BatchReader
@@ -113,8 +114,10 @@ class Session:
         return self.seq
 
     def timeout(self, timeout: float | None) -> float | None:
-        """``timeout``, or the manager's ``step_timeout`` when it is ``None``."""
-        return self.step_timeout if timeout is None else timeout
+        """``timeout``, or the manager's ``step_timeout`` when it is ``None``; a bad one is
+        refused before anything waits (a deadline that passes at once would end a
+        healthy worker)."""
+        return self.step_timeout if timeout is None else seconds("timeout", timeout)
 
     # ================================================================ call order
 

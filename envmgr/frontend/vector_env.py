@@ -186,11 +186,10 @@ class BatchedVectorEnv(VectorEnv):  # type: ignore[type-arg]
     def reset_wait(self, timeout: float | None = None) -> tuple[Any, dict[str, Any]]:
         """Wait for the reset sent by :meth:`reset_async` (``timeout``: ``step_timeout``)."""
         session = self._session
+        timeout = session.timeout(timeout)  # a bad one is refused with the reset still pending
         call = session.take(CallKind.RESET)
         with timers.hierarchical_timer("workers", session.worker_timers.stack):
-            answers, replaced = session.wait(
-                call.seqs, session.timeout(timeout), call.kind, resets=call.commands
-            )
+            answers, replaced = session.wait(call.seqs, timeout, call.kind, resets=call.commands)
         obs, _, _, _, infos = session.read(answers, replaced, call.ship, None)
         return obs, infos
 
@@ -216,8 +215,9 @@ class BatchedVectorEnv(VectorEnv):  # type: ignore[type-arg]
     def step_wait(self, timeout: float | None = None) -> Batch:
         """Wait for the step sent by :meth:`step_async` (``timeout``: default ``step_timeout``)."""
         session = self._session
+        timeout = session.timeout(timeout)  # a bad one is refused with the step still pending
         call = session.take(CallKind.STEP)
-        return session.wait_step(call.seqs[0], call.ship, session.timeout(timeout))
+        return session.wait_step(call.seqs[0], call.ship, timeout)
 
     # ================================================================ per-env calls
 

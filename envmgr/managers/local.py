@@ -33,7 +33,12 @@ from envmgr.backends.local.caller_group import CallerBackend
 from envmgr.backends.local.fork_safety import describe, fork_unsafe_threads
 from envmgr.backends.local.process import ProcessBackend
 from envmgr.envside.group import GroupSpec
-from envmgr.frontend.options import DEFAULT_START_TIMEOUT, FrontEndOptions, check_options
+from envmgr.frontend.options import (
+    DEFAULT_START_TIMEOUT,
+    FrontEndOptions,
+    check_options,
+    seconds,
+)
 from envmgr.frontend.vector_env import BatchedVectorEnv
 from envmgr.managers.arguments import group_specs, hosted_layout, split_caller
 from envmgr.protocol.layout import Layout
@@ -149,6 +154,8 @@ class SubprocessEnvManager(BatchedVectorEnv):
         **options: Unpack[FrontEndOptions],
     ) -> None:
         check_options("SubprocessEnvManager", dict(options))
+        seconds("step_timeout", step_timeout, none=True)
+        seconds("close_timeout", close_timeout, zero=True)
         if worker is not None:
             raise TypeError(
                 "worker= (AsyncVectorEnv's custom worker loop) is not supported: envmgr runs "
@@ -180,10 +187,10 @@ class SubprocessEnvManager(BatchedVectorEnv):
         #: Envs per worker when the split is even, else ``None`` (see ``worker_sizes``).
         self.envs_per_worker = layout.sizes[0] if layout.even else None
         self.worker_sizes = layout.sizes
-        self.spin_seconds = float(spin_seconds)
+        self.spin_seconds = seconds("spin_seconds", spin_seconds, zero=True)
         if parent_spin_seconds is None:
             parent_spin_seconds = spin_seconds if caller_envs else 0.0
-        self.parent_spin_seconds = float(parent_spin_seconds)
+        self.parent_spin_seconds = seconds("parent_spin_seconds", parent_spin_seconds, zero=True)
         self.close_timeout = close_timeout
         ctx = mp.get_context(self.context)
         unsafe = fork_unsafe_threads() if self.context == "fork" else []

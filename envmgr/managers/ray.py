@@ -42,7 +42,12 @@ import gymnasium as gym
 
 from envmgr.backends.ray.backend import ActorInfo, RayBackend
 from envmgr.errors import RayActorDiedError
-from envmgr.frontend.options import DEFAULT_START_TIMEOUT, FrontEndOptions, check_options
+from envmgr.frontend.options import (
+    DEFAULT_START_TIMEOUT,
+    FrontEndOptions,
+    check_options,
+    seconds,
+)
 from envmgr.frontend.results import RESTARTED_INFO_KEY
 from envmgr.frontend.vector_env import BatchedVectorEnv
 from envmgr.managers.arguments import group_specs, hosted_layout
@@ -211,6 +216,8 @@ class RayEnvManager(BatchedVectorEnv):
         **options: Unpack[FrontEndOptions],
     ) -> None:
         check_options("RayEnvManager", dict(options))
+        seconds("step_timeout", step_timeout, none=True)
+        seconds("close_timeout", close_timeout, zero=True)
         self._owns_ray = False
         if not isinstance(workers_per_actor, int) or workers_per_actor < 0:
             raise ValueError(f"workers_per_actor must be an int >= 0, got {workers_per_actor!r}")
