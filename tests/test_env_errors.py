@@ -8,9 +8,12 @@ WorkerError when they cannot be rebuilt; a factory's exception at construction.
 from __future__ import annotations
 
 import functools
+from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import pytest
+from conftest import Backend, on_backends
 from envs import (
     DictObsEnv,
     EnvBoom,
@@ -20,6 +23,7 @@ from envs import (
     UnpicklableInfoEnv,
     failing_factory,
 )
+from gymnasium import spaces
 from helpers import full_text
 
 from envmgr import RemoteTraceback, SubprocessEnvManager, WorkerError
@@ -87,3 +91,60 @@ def test_unpicklable_info_raises_an_error_naming_the_worker() -> None:
         exc
     )
     assert exc.worker_index == 1  # type: ignore[attr-defined]
+
+
+class WrongDtypeObsEnv(gym.Env):  # type: ignore[type-arg]
+    """A ``uint8`` Box whose env ``bad`` returns ``int64`` values, one out of range (an
+    env bug numpy would wrap: 300 -> 44)."""
+
+    observation_space = spaces.Box(0, 255, (2,), np.uint8)
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, bad: bool = False) -> None:
+        self.bad = bad
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> tuple[Any, dict[str, Any]]:
+        super().reset(seed=seed)
+        return np.array([1, 2], np.uint8), {}
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        obs = np.array([300, -1]) if self.bad else np.array([3, 4], np.uint8)
+        return obs, 0.0, False, False, {}
+
+
+class ShortRewardsVectorEnv(gym.vector.VectorEnv):  # type: ignore[type-arg]
+    """A batched env that returns one reward for all its envs."""
+
+    def __init__(self, n: int) -> None:
+        self.num_envs = n
+        self.single_observation_space = spaces.Box(0, 1, (1,), np.float32)
+        self.single_action_space = spaces.Discrete(2)
+        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, n)
+        self.action_space = gym.vector.utils.batch_space(self.single_action_space, n)
+
+    def reset(self, *, seed: Any = None, options: Any = None) -> tuple[Any, dict[str, Any]]:
+        return np.zeros((self.num_envs, 1), np.float32), {}
+
+    def step(self, actions: Any) -> Any:
+        n = self.num_envs
+        zeros = np.zeros(n, np.bool_)
+        return np.zeros((n, 1), np.float32), np.array([7.0]), zeros, zeros, {}
+
+
+@on_backends()
+def test_an_observation_its_dtype_would_change_is_refused_naming_the_env(
+    backend: Backend,
+) -> None:
+    """As SyncVectorEnv refuses it, instead of handing on a wrapped value."""
+    fns = [WrongDtypeObsEnv] * 3 + [functools.partial(WrongDtypeObsEnv, bad=True)]
+    with backend(fns, 2, 2) as envs:
+        envs.reset(seed=0)
+        with pytest.raises(ValueError, match="env 3 returned an observation that is not in"):
+            envs.step(np.zeros(4, np.int64))
+
+
+def test_a_hosted_vector_env_returning_one_reward_for_all_is_refused() -> None:
+    with SubprocessEnvManager(vector_fn=ShortRewardsVectorEnv, num_envs=4, n_workers=2) as envs:
+        envs.reset(seed=0)
+        with pytest.raises(ValueError, match=r"returned rewards of shape \(1,\), expected \(2,\)"):
+            envs.step(np.zeros(4, np.int64))

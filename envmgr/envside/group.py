@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 
 from envmgr import timers as timer_module
 from envmgr.envside.info_writer import InfoWriter
@@ -265,5 +266,25 @@ def unbatched(infos: dict[str, Any], n: int) -> Infos:
 
 
 def write_batch(views: dict[str, Any], obs: Any) -> None:
-    """Copy a batch of observations into the views (one copy per field)."""
-    copy_tree(views["observations"], obs)
+    """Copy a batch of observations into the views (one copy per field), refusing a field
+    whose shape differs or whose dtype would change its values (as SyncVectorEnv would)."""
+    out = views["observations"]
+    _check_batch(out, obs, "observations")
+    copy_tree(out, obs)
+
+
+def _check_batch(out: Any, got: Any, path: str) -> None:
+    if isinstance(out, dict):
+        for k, o in out.items():
+            _check_batch(o, got[k], f"{path}[{k!r}]")
+    elif isinstance(out, tuple):
+        for j, (o, g) in enumerate(zip(out, got, strict=True)):
+            _check_batch(o, g, f"{path}[{j}]")
+    else:
+        a = got if isinstance(got, np.ndarray) else np.asarray(got)
+        if a.shape != out.shape or not np.can_cast(a.dtype, out.dtype, "same_kind"):
+            raise ValueError(
+                f"the VectorEnv returned {path} of shape {a.shape} and dtype {a.dtype}, "
+                f"expected shape {out.shape} and dtype {out.dtype} (its "
+                "single_observation_space batched)"
+            )

@@ -79,6 +79,12 @@ class VectorEnvGroup(EnvGroup):
             obs, rewards, terms, truncs, vinfos = self.env.step(actions)
         dt = perf_counter() - t0
         self._store(obs)
+        for name, got in (("rewards", rewards), ("terminations", terms), ("truncations", truncs)):
+            if np.shape(got) != (self.n,):  # numpy would broadcast one value to every env
+                raise ValueError(
+                    f"the VectorEnv returned {name} of shape {np.shape(got)}, "
+                    f"expected ({self.n},): one per env"
+                )
         self._publish(rewards, terms, truncs)
         self._seconds += dt
         self._calls += 1
