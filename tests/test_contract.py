@@ -199,3 +199,11 @@ def test_per_env_call_get_attr_set_attr_apply(backend: Backend) -> None:
         assert envs.apply(read_tag) == (0, 10, 2, 30, 7)
         with pytest.raises(ValueError, match="env_ids must be env indices"):
             envs.get_attr("tag", env_ids=[5])
+        # A mask, floats or strings are not indices (they were read as 0/1, cut, parsed).
+        mask = np.array([True, False, True, False, False])
+        for bad, what in ((mask, "bool"), ([1.7], "float64"), (["0"], "<U1")):
+            with pytest.raises(TypeError, match=f"integer env indices, got {what}"):
+                envs.set_attr("tag", 1, env_ids=bad)
+            with pytest.raises(TypeError, match=f"integer env indices, got {what}"):
+                envs.send(np.zeros(len(bad), np.int64), bad)
+        assert envs.get_attr("tag") == (0, 10, 2, 30, 7)

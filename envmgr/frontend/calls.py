@@ -16,7 +16,7 @@ import numpy as np
 
 from envmgr.frontend.session import Session
 from envmgr.frontend.state import CallKind, PendingCall
-from envmgr.protocol.layout import Layout
+from envmgr.protocol.layout import Layout, env_indices
 from envmgr.protocol.messages import Apply, Call, SetAttr
 
 __all__ = ["Calls", "targets_of"]
@@ -40,7 +40,7 @@ def targets_of(
     if env_ids is None:
         groups = range(layout.n_groups)
         return dict.fromkeys(groups), [(g, i) for g in groups for i in range(layout.sizes[g])]
-    ids = np.asarray(env_ids, dtype=np.int64).reshape(-1)
+    ids = env_indices(env_ids).reshape(-1)
     if ids.size and (ids.min() < 0 or ids.max() >= layout.num_envs):
         raise ValueError(
             f"env_ids must be env indices in [0, {layout.num_envs}), got {ids.tolist()}"

@@ -16,9 +16,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = [
-    "Layout",
-]
+__all__ = ["Layout", "env_indices"]
 
 
 @dataclass(frozen=True)
@@ -90,7 +88,7 @@ class Layout:
             ValueError: Ids out of range, or ids that split a group.
         """
         n = self.num_envs
-        ids = np.arange(n) if env_ids is None else np.asarray(env_ids, dtype=np.int64)
+        ids = np.arange(n) if env_ids is None else env_indices(env_ids)
         if ids.ndim != 1 or ids.size == 0 or ids.min() < 0 or ids.max() >= n:
             raise ValueError(
                 f"env_ids must be a non-empty list of env indices in [0, {n}), got {ids.tolist()}"
@@ -115,3 +113,19 @@ class Layout:
         """``"worker 1 (envs 2-3)"``: how messages name group ``g``."""
         r = self.range(g)
         return f"{noun} {g} (envs {r.start}-{r.stop - 1})"
+
+
+def env_indices(env_ids: Any) -> np.ndarray:
+    """``env_ids`` as an ``int64`` array, refusing what is not integers: a boolean mask
+    would be read as indices 0 and 1, and floats or strings would be cut to ints.
+
+    Raises:
+        TypeError: ``env_ids`` holds something other than integers.
+    """
+    ids = np.asarray(env_ids)
+    if ids.dtype.kind not in "iu" and ids.size:
+        hint = " (a mask? pass np.flatnonzero(mask))" if ids.dtype.kind == "b" else ""
+        raise TypeError(
+            f"env_ids must be integer env indices, got {ids.dtype} {ids.tolist()}{hint}"
+        )
+    return ids.astype(np.int64, copy=False)
