@@ -7,6 +7,8 @@ Shared layout and helpers: fault_cases.py.
 
 from __future__ import annotations
 
+import re
+import threading
 from pathlib import Path
 
 import gymnasium as gym
@@ -23,6 +25,7 @@ from fault_cases import (
     assert_closed_for_good,
     make_manager,
 )
+from helpers import cartpole
 
 from envmgr import (
     AlreadyPendingCallError,
@@ -171,3 +174,29 @@ def test_close_with_a_step_in_flight_then_calls_raise_closed(
     envs.close()
     tracker.assert_cleaned_up()
     assert_closed_for_good(envs)
+
+
+@on_backends(
+    ray="Ray pickles the call itself (ray.remote); the local pipes are what is checked here"
+)
+def test_an_argument_that_does_not_pickle_is_refused_and_no_worker_is_lost(
+    backend: Backend,
+) -> None:
+    """A lock in reset options or call arguments used to be taken for a cut pipe: the
+    worker was stopped and the manager broken (or a restart spent)."""
+    lock = threading.Lock()
+    with backend([cartpole] * 4, 2, 2) as envs:
+        envs.reset(seed=0)
+        pids = list(envs.worker_pids)
+        attempts = (
+            (lambda: envs.reset(options={"lock": lock}), "reset()'s options"),
+            (lambda: envs.call("render", lock), "the call's arguments"),
+            (lambda: envs.set_attr("lock", lock), "set_attr()'s values"),
+        )
+        for attempt, what in attempts:
+            with pytest.raises(
+                ValueError, match=f"{re.escape(what)} cannot be sent to the workers"
+            ):
+                attempt()
+        envs.step(envs.action_space.sample())
+        assert envs.worker_pids == pids

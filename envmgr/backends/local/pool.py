@@ -31,7 +31,7 @@ from envmgr.errors import RemoteTraceback, WorkerDiedError, WorkerTimeoutError
 from envmgr.protocol.layout import Layout
 from envmgr.protocol.messages import Close, ErrorResponse, WorkerConfig
 
-__all__ = ["WorkerPool", "LostWorker", "ctrl_c_held"]
+__all__ = ["WorkerPool", "LostWorker", "ctrl_c_held", "pickled"]
 
 
 class LostWorker(Exception):
@@ -44,6 +44,30 @@ class LostWorker(Exception):
     def __init__(self, lost: Lost) -> None:
         super().__init__(lost.reason)
         self.lost = lost
+
+
+#: What each command carries from the caller, for the message when it does not pickle.
+_CARRIES = {
+    "Reset": "reset()'s options",
+    "Call": "the call's arguments",
+    "Apply": "apply()'s arguments",
+    "SetAttr": "set_attr()'s values",
+    "Step": "the actions",
+}
+
+
+def pickled(cmd: Any) -> memoryview:
+    """``cmd`` pickled for a worker's pipe, before anything is written to it.
+
+    Raises:
+        ValueError: Something the caller passed does not pickle; nothing was sent, so
+            the workers and the manager are as they were.
+    """
+    try:
+        return ForkingPickler.dumps(cmd)  # type: ignore[no-any-return]
+    except Exception as exc:
+        what = _CARRIES.get(type(cmd).__name__, type(cmd).__name__)
+        raise ValueError(f"{what} cannot be sent to the workers: {exc}") from exc
 
 
 @contextmanager
@@ -176,8 +200,9 @@ class WorkerPool:
 
     # ================================================================ sending
 
-    def send(self, g: int, cmd: Any, timeout: float | None, deadline: float) -> None:
-        """Send ``cmd`` to group ``g``, waiting at most until ``deadline`` (``monotonic()``,
+    def send(self, g: int, data: memoryview, timeout: float | None, deadline: float) -> None:
+        """Send a pickled command (:func:`pickled`) to group ``g``, waiting at most until
+        ``deadline`` (``monotonic()``,
         ``timeout`` after the command was posted to all its groups) for it to be taken in.
 
         A command larger than the socket's buffer (a big ``set_attr`` value, say) is
@@ -191,7 +216,6 @@ class WorkerPool:
             OSError: The worker is gone (the wait that follows reports it).
         """
         conn = self.conns[g]
-        data = ForkingPickler.dumps(cmd)
         if timeout is None or len(data) <= _ROOMY:
             conn.send_bytes(data)
             return

@@ -36,7 +36,7 @@ import numpy as np
 from envmgr.backends.base import Lost, Waited, group_shares
 from envmgr.backends.local.collect import Collector
 from envmgr.backends.local.doorbell import KIND_PIPE, KIND_STEP, SHIP_TIMERS, ParentDoorbell
-from envmgr.backends.local.pool import LostWorker, WorkerPool, ctrl_c_held
+from envmgr.backends.local.pool import LostWorker, WorkerPool, ctrl_c_held, pickled
 from envmgr.backends.local.wait import READY
 from envmgr.protocol.layout import Layout
 from envmgr.protocol.messages import Attach, Command, Ready, Step
@@ -148,11 +148,14 @@ class ProcessBackend:
         """Send a pickled command to each group, then flag it in its command word."""
         seq = None
         pool, timeout = self.pool, self.send_timeout
+        # All pickled first: an argument that does not pickle is the caller's error, and
+        # no worker may have been sent its command (or half of it) when it is raised.
+        payloads = {g: pickled(cmd) for g, cmd in commands.items()}
         deadline = monotonic() + (timeout or 0.0)
         for g, cmd in commands.items():
             seq = cmd.seq
             try:
-                pool.send(g, cmd, timeout, deadline)
+                pool.send(g, payloads[g], timeout, deadline)
             except (BrokenPipeError, ConnectionResetError, OSError):
                 # The worker is dead. The wait that follows sees its sentinel and
                 # reports it; failing here would bypass the restart policy.
