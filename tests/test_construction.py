@@ -10,6 +10,7 @@ import re
 import threading
 from typing import Any
 
+import gymnasium as gym
 import pytest
 from envs import DictObsEnv, dict_obs_space
 from gymnasium.vector import AutoresetMode
@@ -83,6 +84,27 @@ def test_inconsistent_arguments_raise_value_error(
 def test_non_factories_raise_type_error(env_fns: Any, match: str) -> None:
     with pytest.raises(TypeError, match=match):
         SubprocessEnvManager(env_fns)
+
+
+def _returns_none() -> None:
+    return None
+
+
+def _returns_a_vector_env() -> Any:
+    return gym.make_vec("CartPole-v1", 2)
+
+
+@pytest.mark.parametrize(
+    ("factory", "match"),
+    [
+        (_returns_none, r"env 2's factory returned NoneType, not a gymnasium.Env"),
+        (_returns_a_vector_env, r"env 2's factory returned .*VectorEnv.*pass vector_fn= instead"),
+    ],
+)
+def test_a_factory_that_returns_no_env_is_named(factory: Any, match: str) -> None:
+    """It used to be reported as a worker that exited with code 1 during start."""
+    with pytest.raises(TypeError, match=match):
+        SubprocessEnvManager([cartpole, cartpole, factory, cartpole], 2, 2, context="fork")
 
 
 def test_num_envs_is_workers_times_envs_per_worker() -> None:

@@ -35,6 +35,17 @@ class SingleEnvGroup(EnvGroup):
             for k, fn in enumerate(spec.env_fns):
                 self.current_env = k
                 env = fn()
+                if not isinstance(env, gym.Env):
+                    # A VectorEnv is no gym.Env: it belongs in vector_fn=, not env_fns.
+                    hint = (
+                        " (a VectorEnv: pass vector_fn= instead)"
+                        if hasattr(env, "num_envs")
+                        else ""
+                    )
+                    raise TypeError(
+                        f"env {self.offset + k}'s factory returned {type(env).__name__}, "
+                        f"not a gymnasium.Env{hint}"
+                    )
                 self.envs.append(env)
                 for kind in ("observation_space", "action_space"):
                     if k and getattr(env, kind) != getattr(self.envs[0], kind):
