@@ -148,3 +148,27 @@ def test_a_hosted_vector_env_returning_one_reward_for_all_is_refused() -> None:
         envs.reset(seed=0)
         with pytest.raises(ValueError, match=r"returned rewards of shape \(1,\), expected \(2,\)"):
             envs.step(np.zeros(4, np.int64))
+
+
+class BaseExceptionEnv(WrongDtypeObsEnv):
+    """Raises ``SystemExit(3)`` or ``KeyboardInterrupt`` from ``step`` when ``bad``."""
+
+    def __init__(self, bad: bool = False, kind: str = "exit") -> None:
+        super().__init__()
+        self.raising, self.kind = bad, kind
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        if self.raising:
+            raise SystemExit(3) if self.kind == "exit" else KeyboardInterrupt()
+        return super().step(action)
+
+
+@pytest.mark.parametrize("kind", ["exit", "interrupt"])
+def test_a_base_exception_from_env_code_is_a_worker_error_in_the_caller(kind: str) -> None:
+    """Raised as itself, SystemExit ended the caller's program without a word, and a
+    KeyboardInterrupt looked like the user's own Ctrl-C."""
+    bad = functools.partial(BaseExceptionEnv, True, kind)
+    with SubprocessEnvManager([BaseExceptionEnv] * 3 + [bad], 2, 2) as envs:
+        envs.reset(seed=0)
+        with pytest.raises(WorkerError, match=r"env 3, during step: builtins\.(SystemExit|Key)"):
+            envs.step(np.zeros(4, np.int64))

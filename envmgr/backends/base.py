@@ -130,7 +130,8 @@ class Backend(Protocol):
 
 
 def remote_exception(err: ErrorResponse, where: str, envs: range) -> BaseException:
-    """The exception a group reported, as its own type where it unpickles, else a WorkerError.
+    """The exception a group reported, as its own type where it unpickles and is an
+    ``Exception``, else a WorkerError.
 
     A note names the group, the env and the phase; raise it ``from
     RemoteTraceback(err.traceback)``.
@@ -145,7 +146,9 @@ def remote_exception(err: ErrorResponse, where: str, envs: range) -> BaseExcepti
             exc = pickle.loads(err.exception)
         except Exception:
             exc = None
-    if not isinstance(exc, BaseException):
+    # Only an Exception is raised as itself: a SystemExit or KeyboardInterrupt that env
+    # code raised in a worker would end the caller's program, or pass for its own Ctrl-C.
+    if not isinstance(exc, Exception):
         return WorkerError(
             f"{where}: {err.type_name}: {err.message}", w, envs, err.type_name, err.env_index
         )
