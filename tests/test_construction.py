@@ -11,12 +11,14 @@ import threading
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 import pytest
 from envs import DictObsEnv, dict_obs_space
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 from helpers import cartpole, full_text
 
+import envmgr
 from envmgr import SubprocessEnvManager
 from envmgr.managers.arguments import default_group_count
 
@@ -209,3 +211,16 @@ def test_a_bad_timeout_for_one_wait_is_refused_and_ends_no_worker() -> None:
         envs.recv(batch_size=4, timeout=30)
         envs.step(envs.action_space.sample())
         assert envs.worker_pids == pids
+
+
+def test_numpy_integers_are_sizes_too() -> None:
+    """np.int64(4) (from a config array, say) was refused as 'not a positive int'."""
+    with SubprocessEnvManager(
+        cartpole, num_envs=np.int64(4), n_workers=np.int32(2), context="fork"
+    ) as envs:
+        assert (envs.num_envs, envs.n_workers) == (4, 2)
+        assert type(envs.num_envs) is int
+    with envmgr.make("CartPole-v1", num_envs=np.int64(4), n_workers=np.int64(2)) as envs:
+        assert (envs.num_envs, envs.n_workers) == (4, 2)
+    with pytest.raises(ValueError, match=r"num_envs must be a positive int, got np.float64\(4.0\)"):
+        SubprocessEnvManager(cartpole, num_envs=np.float64(4.0))

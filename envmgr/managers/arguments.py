@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from numbers import Integral
 from typing import Any, TypeVar
 
 import cloudpickle
@@ -15,6 +16,7 @@ from envmgr.frontend.options import FrontEndOptions
 from envmgr.protocol.layout import Layout
 
 __all__ = [
+    "count",
     "check_caller_envs",
     "check_env_fns",
     "default_group_count",
@@ -30,9 +32,14 @@ VectorEnvFactory = Callable[[int], gym.vector.VectorEnv]  # type: ignore[type-ar
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
-def _check_count(name: str, value: Any) -> None:
-    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+def count(name: str, value: Any) -> Any:
+    """``value`` as a plain ``int`` (a numpy integer too), or ``None``; anything else, or
+    less than 1, is refused naming ``name``."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, Integral) or value < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return int(value)
 
 
 def default_group_count(num_envs: int | None, default_groups: int | None = None) -> int:
@@ -58,8 +65,7 @@ def split_counts(
     first groups one env more), over ``n_groups`` or :func:`default_group_count`.
     """
     g_name, e_name = names
-    _check_count(g_name, n_groups)
-    _check_count(e_name, per_group)
+    n_groups, per_group = count(g_name, n_groups), count(e_name, per_group)
     label = what.format(n=num_envs)
     if per_group is not None:
         if n_groups is not None and n_groups * per_group != num_envs:
@@ -100,8 +106,7 @@ def resolve_layout(
     Raises:
         TypeError: A single factory and no size at all (nothing says how many envs).
     """
-    _check_count(names[0], n_groups)
-    _check_count(names[1], per_group)
+    n_groups, per_group = count(names[0], n_groups), count(names[1], per_group)
     checked: Any = check_env_fns(env_fns)  # a factory, or a list of them
     if callable(checked):
         if num_envs is None:
@@ -116,7 +121,7 @@ def resolve_layout(
             g = n_groups if n_groups is not None else default_group_count(None, default_groups)
             layout = Layout.of([per_group or 1] * g)
         else:
-            _check_count("num_envs", num_envs)
+            num_envs = count("num_envs", num_envs)
             layout = split_counts(
                 num_envs, n_groups, per_group, names=names, default_groups=default_groups
             )

@@ -24,6 +24,7 @@ import gymnasium as gym
 from gymnasium.envs.registration import EnvSpec, VectorizeMode, load_env_creator
 
 from envmgr.frontend.options import FrontEndOptions
+from envmgr.managers.arguments import count
 from envmgr.managers.local import SubprocessEnvManager
 
 __all__ = ["make"]
@@ -166,12 +167,6 @@ def _resolve_spec(env_id: str | EnvSpec) -> EnvSpec:
             # (cloudpickle carries __main__ objects by value).
             spec = dataclasses.replace(spec, entry_point=creator)  # type: ignore[arg-type]
     return spec
-
-
-def _positive_int(name: str, value: Any) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return value
 
 
 def _vectorization_mode(mode: Any, spec: EnvSpec, wrappers: tuple[Wrapper, ...]) -> str:
@@ -326,9 +321,10 @@ def make(
             ``vector_kwargs``), or ``vector_kwargs`` holding what make() sets itself.
         ImportError, AttributeError: If a string entry point cannot be imported.
     """
-    num_envs = _positive_int("num_envs", num_envs)
+    num_envs = count("num_envs", num_envs)
+    n_workers = count("n_workers", n_workers)
     # No n_workers: the manager's own default (min(num_envs, cores), split unevenly).
-    if n_workers is not None and _positive_int("n_workers", n_workers) > num_envs:
+    if n_workers is not None and n_workers > num_envs:
         raise ValueError(
             f"n_workers={n_workers} is more than num_envs={num_envs}: every worker needs an env"
         )
