@@ -224,3 +224,29 @@ def test_numpy_integers_are_sizes_too() -> None:
         assert (envs.num_envs, envs.n_workers) == (4, 2)
     with pytest.raises(ValueError, match=r"num_envs must be a positive int, got np.float64\(4.0\)"):
         SubprocessEnvManager(cartpole, num_envs=np.float64(4.0))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"num_envs": 0}, "num_envs must be a positive int, got 0"),  # was blamed on caller_envs
+        (
+            {"num_envs": 2, "autoreset_mode": "bogus"},
+            "autoreset_mode must be one of ['NextStep', 'SameStep', 'Disabled']",
+        ),
+    ],
+)
+def test_a_bad_size_or_mode_is_named_as_itself(kwargs: dict[str, Any], match: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(match)):
+        SubprocessEnvManager(cartpole, **kwargs)
+
+
+def test_recv_refuses_a_batch_size_that_is_no_count() -> None:
+    with SubprocessEnvManager(cartpole, 2, 2, context="fork") as envs:
+        envs.reset(seed=0)
+        envs.send(envs.action_space.sample())
+        for bad in (0, -1, 1.5, True):
+            with pytest.raises(ValueError, match="batch_size must be a positive int"):
+                envs.recv(batch_size=bad)  # type: ignore[arg-type]
+        *_, ids = envs.recv(batch_size=4)
+        assert ids.tolist() == [0, 1, 2, 3]

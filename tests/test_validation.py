@@ -261,6 +261,10 @@ def test_text_actions_are_checked_per_env() -> None:
     check(space, ("a", "ab", "b", "", "aa", "bbbb") if space.min_length == 0 else ("a",) * N)
     rejects(space, ("a", "a", "a", "c", "a", "a"), r"env 3 \(worker 1\)", "'c'")
     rejects(space, ("a",) * 5, "5 entries", "num_envs=6")
+    # A string of num_envs characters, or a dict of num_envs keys, is one value, not a batch.
+    for mode in ("safe", "strict"):
+        rejects(space, "ab" * 3, "is a single str, not a batch", mode=mode, error=TypeError)
+        rejects(space, dict.fromkeys("abcdef"), "single dict", mode=mode, error=TypeError)
 
 
 def test_where_names_the_env_and_send_ids_map_rows_to_envs() -> None:

@@ -24,6 +24,7 @@ import numpy as np
 from envmgr import timers
 from envmgr.errors import AlreadyPendingCallError, NoAsyncCallError
 from envmgr.frontend.action_checks import ActionChecks
+from envmgr.frontend.options import count
 from envmgr.frontend.session import Session
 from envmgr.frontend.state import CallKind
 
@@ -95,6 +96,7 @@ class FirstReady:
         if batch_size is None:
             need = 1
         else:
+            batch_size = count("batch_size", batch_size)
             need = _groups_to_wait_for(batch_size, [session.layout.sizes[g] for g in inflight])
         timeout = session.timeout(timeout)
         worker_timers = session.worker_timers

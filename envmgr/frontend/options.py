@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from numbers import Real
+from numbers import Integral, Real
 from typing import Any, Literal, TypedDict, overload
 
 from gymnasium.vector import AutoresetMode, VectorEnv
@@ -14,6 +14,7 @@ from envmgr.frontend.action_checks import check_mode
 __all__ = [
     "FrontEndOptions",
     "check_options",
+    "count",
     "seconds",
     "DEFAULT_START_TIMEOUT",
     "DEFAULT_TIMER_INTERVAL",
@@ -81,6 +82,11 @@ def check_options(owner: str, options: dict[str, Any]) -> None:
     if unknown:
         raise TypeError(f"{owner}() got an unexpected keyword argument {unknown[0]!r}")
     check_mode(options.get("check_actions", "safe"))  # a bad value fails before anything starts
+    mode, modes = options.get("autoreset_mode"), [m.value for m in AutoresetMode]
+    if mode is not None and not isinstance(mode, AutoresetMode) and mode not in modes:
+        raise ValueError(
+            f"autoreset_mode must be one of {modes} (or an AutoresetMode), got {mode!r}"
+        )
     # Bad durations fail here, not as a broken wait or a refused close() later.
     seconds("start_timeout", options.get("start_timeout"), none=True)
     seconds("timer_interval", options.get("timer_interval", DEFAULT_TIMER_INTERVAL), zero=True)
@@ -128,3 +134,13 @@ def hosted_autoreset_mode(metadata: Mapping[str, Any], options: Mapping[str, Any
             "metadata['autoreset_mode']): drop autoreset_mode= or build the env in that mode"
         )
     return own
+
+
+def count(name: str, value: Any) -> Any:
+    """``value`` as a plain ``int`` (a numpy integer too), or ``None``; anything else, or
+    less than 1, is refused naming ``name``."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, Integral) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return int(value)

@@ -270,7 +270,7 @@ class Session:
                     raise
             # The replacement died or hung before it was ready: one more failure of
             # this group, under the same budget.
-            reason = f"its replacement {again.reason}"
+            reason = f"its replacement {again.reason.removeprefix('it ')}"
 
     def _reset_replacement(self, g: int, reset: Reset | None) -> StepResponse | Lost:
         """Reset a replacement of group ``g``: as asked (``reset``), else all its envs."""

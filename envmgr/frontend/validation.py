@@ -330,6 +330,9 @@ class ActionChecker:
 
         def check(x: Any, p: str) -> None:
             try:
+                # A str or a dict iterates too (into characters, keys): not a batch.
+                if isinstance(x, (str, bytes, Mapping)):
+                    raise TypeError
                 items = x if isinstance(x, (tuple, list)) else list(x)
             except TypeError:
                 raise TypeError(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from numbers import Integral
 from typing import Any, TypeVar
 
 import cloudpickle
@@ -12,11 +11,10 @@ import gymnasium as gym
 from gymnasium.vector import AutoresetMode
 
 from envmgr.envside.group import GroupSpec
-from envmgr.frontend.options import FrontEndOptions
+from envmgr.frontend.options import FrontEndOptions, count
 from envmgr.protocol.layout import Layout
 
 __all__ = [
-    "count",
     "check_caller_envs",
     "check_env_fns",
     "default_group_count",
@@ -30,16 +28,6 @@ __all__ = [
 EnvFactory = Callable[[], gym.Env[Any, Any]]
 VectorEnvFactory = Callable[[int], gym.vector.VectorEnv]  # type: ignore[type-arg]
 _F = TypeVar("_F", bound=Callable[..., Any])
-
-
-def count(name: str, value: Any) -> Any:
-    """``value`` as a plain ``int`` (a numpy integer too), or ``None``; anything else, or
-    less than 1, is refused naming ``name``."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, Integral) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return int(value)
 
 
 def default_group_count(num_envs: int | None, default_groups: int | None = None) -> int:
@@ -200,6 +188,7 @@ def check_env_fns(env_fns: Any) -> EnvFactory | list[EnvFactory]:
 
 def check_caller_envs(k: Any, num_envs: int | None) -> int:
     """``caller_envs`` as an int, or a clear error naming what is wrong with it."""
+    num_envs = count("num_envs", num_envs)  # a bad num_envs is named as itself first
     if not isinstance(k, int) or isinstance(k, bool) or k < 0:
         raise ValueError(f"caller_envs must be an int >= 0, got {k!r}")
     if num_envs is not None and k >= num_envs:

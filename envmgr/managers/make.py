@@ -23,8 +23,7 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.envs.registration import EnvSpec, VectorizeMode, load_env_creator
 
-from envmgr.frontend.options import FrontEndOptions
-from envmgr.managers.arguments import count
+from envmgr.frontend.options import FrontEndOptions, count
 from envmgr.managers.local import SubprocessEnvManager
 
 __all__ = ["make"]
