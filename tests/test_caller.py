@@ -95,7 +95,9 @@ def test_layout_counts_caller_envs_in_num_envs() -> None:
         assert envs.num_envs == 10
         assert envs.n_workers == 2 and len(envs.worker_pids) == 2
         assert envs.worker_sizes == (3, 3)
-        assert envs.restarts == [0, 0]  # per worker process, as worker_pids
+        assert envs.restarts == [0, 0, 0]  # per group: the caller's block is the last
+        envs.restarts.append(7)  # a copy: the manager's own count is untouched
+        assert envs.restarts == [0, 0, 0]
     # envs_per_worker describes the workers: the caller's envs come on top.
     with SubprocessEnvManager(cartpole, 2, 3, caller_envs=2) as envs:
         assert envs.num_envs == 8

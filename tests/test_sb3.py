@@ -366,6 +366,12 @@ def test_attributes_and_methods_by_index() -> None:
         assert venv.env_method("bump", 2, indices=[0, 3], by=3) == [6, 11]
         assert venv.get_attr("counter") == [6, 5, 0, 11]  # the others untouched
         assert venv.env_method("bump", 1, indices=[]) == []
+        # A repeated index runs once per mention, in order, as SubprocVecEnv's; a float
+        # index is refused as there.
+        assert venv.env_method("bump", 1, indices=[1, 1, -3]) == [6, 7, 8]
+        with pytest.raises(TypeError):
+            venv.get_attr("counter", indices=[0.0])
+        venv.set_attr("counter", 5, indices=1)
         assert venv.has_attr("counter") and not venv.has_attr("no_such_thing")
         with pytest.raises(AttributeError):
             venv.get_attr("no_such_thing", indices=[0])

@@ -32,6 +32,7 @@ Requires ``pip install "envmgr[sb3]"``.
 from __future__ import annotations
 
 import multiprocessing as mp
+import operator
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -280,20 +281,20 @@ class EnvmgrVecEnv(VecEnv):
     def _run(self, indices: VecEnvIndices, fn: Callable[..., Any], *args: Any) -> list[Any]:
         """``fn(env, *args)`` in the workers for each env of ``indices``, in that order.
 
-        Indices may be negative (Python's meaning) or repeated; each distinct env
-        is visited once and its result repeated.
+        Indices may be negative (Python's meaning) or repeated: a repeated env is
+        visited once per mention, in order, as SubprocVecEnv does (``env_method("bump",
+        indices=[0, 0])`` bumps twice).
         """
         n = self.num_envs
         chosen = []
         for i in self._get_indices(indices):
+            i = operator.index(i)  # a float index is a TypeError, as in SubprocVecEnv
             if not -n <= i < n:
                 raise IndexError(f"env index {i} is out of range for {n} envs")
-            chosen.append(int(i) % n)
+            chosen.append(i % n)
         if not chosen:
             return []
-        targets = sorted(set(chosen))
-        by_env = dict(zip(targets, _targets(self.manager, targets, fn, args), strict=True))
-        return [by_env[i] for i in chosen]
+        return _targets(self.manager, chosen, fn, args)
 
 
 def _rows(infos: dict[str, Any], key: str, among: np.ndarray | None = None) -> list[int]:
@@ -312,8 +313,8 @@ def _targets(
     fn: Callable[..., Any],
     args: tuple[Any, ...],
 ) -> list[Any]:
-    """``fn(user env, *args)`` for envs ``env_ids`` (distinct, ascending), in that order;
-    only the workers owning those envs are contacted."""
+    """``fn(user env, *args)`` for envs ``env_ids``, in that order (an env named twice runs
+    twice); only the workers owning those envs are contacted."""
     return list(manager.apply(remote.on_user_env, fn, *args, env_ids=env_ids))
 
 

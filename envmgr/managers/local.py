@@ -239,9 +239,10 @@ class SubprocessEnvManager(BatchedVectorEnv):
 
     @property
     def restarts(self) -> list[int]:
-        """Restarts so far, per worker process (a copy; the caller's envs have no process
-        to replace, so they have no entry, as in ``worker_pids`` and ``worker_sizes``)."""
-        return self._budget.restarts[: self.n_workers]
+        """Restarts so far, per group (a copy): each worker, then with ``caller_envs`` the
+        caller's block, which has no process to replace (always 0), as group indices
+        count in messages and infos."""
+        return list(self._budget.restarts)
 
     @property
     def worker_pids(self) -> list[int]:
