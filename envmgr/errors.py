@@ -31,6 +31,7 @@ __all__ = [
     "ClosedManagerError",
     "AlreadyPendingCallError",
     "NoAsyncCallError",
+    "BusyManagerError",
     "SpaceMismatchError",
     "WorkerFailure",
     "WorkerDiedError",
@@ -93,6 +94,25 @@ class NoAsyncCallError(UsageError, gym_error.NoAsyncCallError):
         """``AsyncVectorEnv``'s message for ``<kind>_wait``, then what is pending instead."""
         other = "" if pending is None else f" (a {pending} call is pending)"
         return cls(f"Calling `{kind}_wait` without any prior call to `{kind}_async`.{other}", kind)
+
+
+class BusyManagerError(UsageError):
+    """A call came from one thread while another thread was inside a call to the manager.
+
+    A manager steps one batch at a time: two threads stepping it at once would each
+    read the other's batch. Like trio's ``BusyResourceError``, the second caller is
+    refused rather than queued, since two threads stepping one manager is a bug in the
+    calling code, not a wait. :meth:`~envmgr.frontend.vector_env.BatchedVectorEnv.close`
+    is never refused.
+    """
+
+    @classmethod
+    def on(cls, owner: str, call: str, busy: str) -> BusyManagerError:
+        """Refuse ``call`` of manager class ``owner``; ``busy``: the other thread's call."""
+        return cls(
+            f"cannot {call}: another thread is inside {busy}() of this {owner}; call a "
+            "manager from one thread at a time (or give each thread a manager of its own)"
+        )
 
 
 class SpaceMismatchError(EnvMgrError, ValueError, RuntimeError):

@@ -22,7 +22,7 @@ from gymnasium.vector import AutoresetMode
 
 from envmgr import timers
 from envmgr.backends.base import Backend, Lost, Waited, remote_exception
-from envmgr.errors import BrokenWorkerError, RemoteTraceback, WorkerFailure
+from envmgr.errors import BrokenWorkerError, ClosedManagerError, RemoteTraceback, WorkerFailure
 from envmgr.frontend.options import seconds
 from envmgr.frontend.resets import reset_arguments
 from envmgr.frontend.restarts import RestartBudget
@@ -197,6 +197,7 @@ class Session:
         Returns:
             The answers by group, and the groups replaced on the way.
         """
+        self.check_not_closed_under(kind.value)
         if got.fatal is not None:
             self.raise_remote(got.fatal, fatal=True)
         answers = got.answers
@@ -236,6 +237,7 @@ class Session:
             raise first
         reason = lost.reason
         while True:
+            self.check_not_closed_under("restart")
             spent = self.budget.charge(g)
             if spent is not None:
                 message = f"{self.where(g)} failed ({reason}) {spent}, so the manager is closed"
@@ -382,6 +384,25 @@ class Session:
                 self.state = IDLE
 
     # ================================================================ shutdown
+
+    def close_under_call(self) -> None:
+        """Closed from another thread while a call is inside: mark the manager closed and
+        stop its groups, so that the call's wait ends and it raises ClosedManagerError
+        (:meth:`settle`) instead of reading, or restarting, what close frees."""
+        self.state = CLOSED
+        for g in self.groups:
+            try:
+                self.backend.abandon(g, "the manager was closed by another thread")
+            except Exception:
+                pass  # a group with no process to stop (the caller's): nothing to end
+
+    def check_not_closed_under(self, name: str) -> None:
+        """Raise ClosedManagerError if another thread closed the manager while ``name``
+        (a call, or a restart in one) waited."""
+        if self.state is CLOSED:
+            raise ClosedManagerError(
+                f"{self.owner} was closed by another thread while its {name} waited"
+            )
 
     def release(self, graceful: bool) -> None:
         """Stop the timers and the backend and drop the batch arrays (idempotent)."""
