@@ -41,6 +41,7 @@ __all__ = [
     "BrokenManagerError",
     "RemoteTraceback",
     "format_remote_exception",
+    "add_note",
 ]
 
 
@@ -312,3 +313,11 @@ class RayActorDiedError(WorkerDiedError):
     @property
     def actor_index(self) -> int:
         return self.worker_index
+
+
+def add_note(exc: BaseException, note: str) -> None:
+    """``exc.add_note(note)``, also on Python 3.10 (which has no ``add_note``)."""
+    if hasattr(exc, "add_note"):
+        exc.add_note(note)
+    else:  # Python 3.10: keep the information reachable all the same
+        exc.__notes__ = [*getattr(exc, "__notes__", []), note]  # type: ignore[attr-defined]

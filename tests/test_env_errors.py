@@ -150,6 +150,68 @@ def test_a_hosted_vector_env_returning_one_reward_for_all_is_refused() -> None:
             envs.step(np.zeros(4, np.int64))
 
 
+class BadResultEnv(WrongDtypeObsEnv):
+    """Env ``bad`` returns a string reward (``what="reward"``) or a list as its info."""
+
+    def __init__(self, bad: bool = False, what: str = "reward") -> None:
+        super().__init__()
+        self.wrong, self.what = bad, what
+
+    def step(self, action: Any) -> tuple[Any, Any, bool, bool, Any]:
+        obs, reward, term, trunc, info = super().step(action)
+        if self.wrong and self.what == "reward":
+            return obs, "one", term, trunc, info
+        if self.wrong:
+            return obs, reward, term, trunc, ["not", "a", "dict"]
+        return obs, reward, term, trunc, info
+
+
+@on_backends(
+    "what, error, message",
+    local=[
+        pytest.param(
+            "reward",
+            ValueError,
+            "env 3 returned reward 'one' of type str: one number per env",
+            id="reward",
+        ),
+        pytest.param(
+            "info",
+            TypeError,
+            "env 3 returned an info of type list: an env's info is a dict",
+            id="info",
+        ),
+    ],
+)
+def test_a_result_that_is_no_number_or_dict_is_refused_naming_the_env(
+    backend: Backend, what: str, error: type[Exception], message: str
+) -> None:
+    """numpy's and Gymnasium's own errors for these name no env; the type is numpy's,
+    as SyncVectorEnv raises it."""
+    fns = [WrongDtypeObsEnv] * 3 + [functools.partial(BadResultEnv, True, what)]
+    with backend(fns, 2, 2) as envs:
+        envs.reset(seed=0)
+        with pytest.raises(error, match=message) as ei:
+            envs.step(np.zeros(4, np.int64))
+        assert getattr(ei.value, "env_index", 3) == 3  # the caller's envs raise as they are
+
+
+class ListInfosVectorEnv(ShortRewardsVectorEnv):
+    """A batched env whose step returns its infos as a list, one dict per env."""
+
+    def step(self, actions: Any) -> Any:
+        n = self.num_envs
+        zeros = np.zeros(n, np.bool_)
+        return np.zeros((n, 1), np.float32), np.zeros(n), zeros, zeros, [{}] * n
+
+
+def test_a_hosted_vector_env_returning_a_list_of_infos_is_refused() -> None:
+    with SubprocessEnvManager(vector_fn=ListInfosVectorEnv, num_envs=4, n_workers=2) as envs:
+        envs.reset(seed=0)
+        with pytest.raises(TypeError, match="the VectorEnv returned infos of type list"):
+            envs.step(np.zeros(4, np.int64))
+
+
 class BaseExceptionEnv(WrongDtypeObsEnv):
     """Raises ``SystemExit(3)`` or ``KeyboardInterrupt`` from ``step`` when ``bad``."""
 

@@ -129,6 +129,8 @@ def test_a_replacement_whose_factory_raises_closes_the_manager(
     exc = ei.value
     assert str(exc) == "env 3 refused to be built (incarnation 1)"
     assert f"{WHERE}, env 3, during make" in full_text(exc)
+    # The death that made the restart is named too, not only kept in `failures`.
+    assert f"raised while envmgr built a replacement, after: {envs.failures[0]}" in full_text(exc)
     assert exc.worker_index == 1 and exc.env_index == 3  # type: ignore[attr-defined]
     assert isinstance(exc.__cause__, RemoteTraceback)
     assert incarnations(tmp_path, FAULT_ENV) == 2

@@ -35,7 +35,7 @@ from typing import Any, Protocol
 import gymnasium as gym
 import numpy as np
 
-from envmgr.errors import WorkerError, WorkerFailure
+from envmgr.errors import WorkerError, WorkerFailure, add_note
 from envmgr.protocol.layout import Layout
 from envmgr.protocol.messages import Command, ErrorResponse, Ready
 from envmgr.protocol.shared_memory import SharedBuffers
@@ -152,11 +152,7 @@ def remote_exception(err: ErrorResponse, where: str, envs: range) -> BaseExcepti
         return WorkerError(
             f"{where}: {err.type_name}: {err.message}", w, envs, err.type_name, err.env_index
         )
-    note = f"raised in envmgr {where}"
-    if hasattr(exc, "add_note"):
-        exc.add_note(note)
-    else:  # Python 3.10: keep the information reachable all the same
-        exc.__notes__ = [*getattr(exc, "__notes__", []), note]  # type: ignore[attr-defined]
+    add_note(exc, f"raised in envmgr {where}")
     for attr, value in (("worker_index", w), ("env_index", err.env_index)):
         try:
             setattr(exc, attr, value)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from time import perf_counter
 from typing import Any
 
@@ -128,6 +128,8 @@ class SingleEnvGroup(EnvGroup):
                         obs, info = env.reset()
                         t_reset += perf_counter() - t0
                         n_resets += 1
+                        if info.__class__ is not dict:
+                            self._check_info(i, info)
                         obs_list[i], rewards[i], terms[i], truncs[i] = obs, 0.0, False, False
                         autoreset[i] = False
                         if info:
@@ -145,10 +147,14 @@ class SingleEnvGroup(EnvGroup):
                 t_env += dt
                 env_sec[i] += dt
                 env_cnt[i] += 1
+                if info.__class__ is not dict:
+                    self._check_info(i, info)
                 if (term or trunc) and mode == _SAME_STEP:
                     t0 = perf_counter()
                     final = {"final_obs": obs, "final_info": info}
                     obs, info = env.reset()
+                    if info.__class__ is not dict:
+                        self._check_info(i, info)
                     info = {**info, **final} if info else final
                     t_reset += perf_counter() - t0
                     n_resets += 1
@@ -170,8 +176,20 @@ class SingleEnvGroup(EnvGroup):
         t.step.add_time(perf_counter() - t_start)
         return infos
 
+    def _check_info(self, i: int, info: Any) -> None:
+        """Refuse an info that is no mapping here, where the env is known (written to the
+        batch, it would fail in the parent or the info columns, naming no env)."""
+        if not isinstance(info, Mapping):
+            raise TypeError(
+                f"env {self.offset + i} returned an info of type {type(info).__name__}: "
+                "an env's info is a dict"
+            )
+
     def _publish_all(self) -> None:
-        self._publish(self._rew, self._term, self._trunc)
+        try:
+            self._publish(self._rew, self._term, self._trunc)
+        except (ValueError, TypeError) as exc:
+            self._explain_bad_scalar(exc)
         if self._write_obs is None:
             return
         try:
@@ -194,6 +212,24 @@ class SingleEnvGroup(EnvGroup):
                 ) from exc
         raise exc
 
+    def _explain_bad_scalar(self, exc: Exception) -> None:
+        """Name the env whose reward or flag is not one number (numpy's message names none);
+        raised as numpy's own error type, which ``SyncVectorEnv`` would raise too."""
+        rows = (("reward", self._rew), ("terminated", self._term), ("truncated", self._trunc))
+        for what, values in rows:
+            for i, value in enumerate(values):
+                try:
+                    fits = np.ndim(value) == 0 and np.float64(value) is not None
+                except (ValueError, TypeError):
+                    fits = False
+                if not fits:
+                    self.current_env = i
+                    raise type(exc)(
+                        f"env {self.offset + i} returned {what} {value!r} of type "
+                        f"{type(value).__name__}: one number per env ({exc})"
+                    ) from exc
+        raise exc
+
     def reset(
         self,
         seeds: Sequence[int | None],
@@ -212,6 +248,8 @@ class SingleEnvGroup(EnvGroup):
             t0 = perf_counter()
             obs, info = env.reset(seed=seeds[i], options=options)
             t_env += perf_counter() - t0
+            if info.__class__ is not dict:
+                self._check_info(i, info)
             count += 1
             self._obs[i] = obs
             self._rew[i] = 0.0

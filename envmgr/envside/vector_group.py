@@ -9,7 +9,7 @@ backend's ``workers_per_actor > 1`` (the hosted env is a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from time import perf_counter
 from typing import Any
 
@@ -173,6 +173,11 @@ class VectorEnvGroup(EnvGroup):
 
     def _infos(self, vinfos: dict[str, Any]) -> Infos:
         """The hosted env's vector infos: numeric arrays into columns, the rest per env."""
+        if not isinstance(vinfos, Mapping):
+            raise TypeError(
+                f"the VectorEnv returned infos of type {type(vinfos).__name__}: a VectorEnv's "
+                "infos are one dict"
+            )
         writer = self.info_writer
         return unbatched(vinfos, self.n) if writer is None else writer.split_vector(vinfos)
 

@@ -22,7 +22,13 @@ from gymnasium.vector import AutoresetMode
 
 from envmgr import timers
 from envmgr.backends.base import Backend, Lost, Waited, remote_exception
-from envmgr.errors import BrokenWorkerError, ClosedManagerError, RemoteTraceback, WorkerFailure
+from envmgr.errors import (
+    BrokenWorkerError,
+    ClosedManagerError,
+    RemoteTraceback,
+    WorkerFailure,
+    add_note,
+)
 from envmgr.frontend.options import seconds
 from envmgr.frontend.resets import reset_arguments
 from envmgr.frontend.restarts import RestartBudget
@@ -267,8 +273,12 @@ class Session:
                     if not isinstance(exc, Exception):
                         if not backend.abandon(g, _CUT_OFF):
                             self.mark_broken(exc)
-                    elif stage == "replace":
-                        self.mark_broken(exc)
+                    else:
+                        # The failure that made the restart is otherwise only in `failures`.
+                        verb = "built" if stage == "replace" else "reset"
+                        add_note(exc, f"raised while envmgr {verb} a replacement, after: {first}")
+                        if stage == "replace":
+                            self.mark_broken(exc)
                     raise
             # The replacement died or hung before it was ready: one more failure of
             # this group, under the same budget.

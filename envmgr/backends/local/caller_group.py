@@ -39,6 +39,7 @@ from envmgr.backends.local.process import ProcessBackend
 from envmgr.envside.build import build_group
 from envmgr.envside.group import BuildFailed, EnvGroup, GroupSpec
 from envmgr.envside.serve import serve
+from envmgr.errors import add_note
 from envmgr.protocol.layout import Layout
 from envmgr.protocol.messages import Call, Command, Ready, Step
 from envmgr.protocol.shared_memory import SharedBuffers
@@ -95,7 +96,7 @@ class CallerBackend:
             self._group = timers.run_in_stack(self._stack, build_group, spec)
         except BuildFailed as failed:
             env = None if failed.env is None else spec.offset + failed.env
-            _add_note(failed.exc, self._where_env(env, "make"))
+            add_note(failed.exc, self._where_env(env, "make"))
             raise failed.exc from None
         readies = self.inner.start()
         return [*readies, self._group.ready(os.getpid())]
@@ -198,7 +199,7 @@ class CallerBackend:
             env = group.current_env
             group.current_env = None
             phase = f"call({cmd.name!r})" if isinstance(cmd, Call) else type(cmd).__name__.lower()
-            _add_note(exc, self._where_env(None if env is None else group.offset + env, phase))
+            add_note(exc, self._where_env(None if env is None else group.offset + env, phase))
             return None, exc
 
     def _where_env(self, env: int | None, phase: str) -> str:
@@ -223,10 +224,3 @@ class CallerBackend:
                 timers.run_in_stack(self._stack, group.close)
         finally:
             self.inner.shutdown(graceful)
-
-
-def _add_note(exc: BaseException, note: str) -> None:
-    if hasattr(exc, "add_note"):
-        exc.add_note(note)
-    else:  # Python 3.10
-        exc.__notes__ = [*getattr(exc, "__notes__", []), note]  # type: ignore[attr-defined]
