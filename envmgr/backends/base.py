@@ -41,7 +41,7 @@ from envmgr.protocol.messages import Command, ErrorResponse, Ready
 from envmgr.protocol.shared_memory import SharedBuffers
 from envmgr.protocol.trees import take_rows
 
-__all__ = ["Backend", "Lost", "Waited", "remote_exception", "group_shares"]
+__all__ = ["Backend", "Lost", "Waited", "remote_exception", "unsendable", "group_shares"]
 
 
 @dataclass(slots=True)
@@ -159,6 +159,24 @@ def remote_exception(err: ErrorResponse, where: str, envs: range) -> BaseExcepti
         except Exception:
             pass
     return exc
+
+
+#: What each command carries from the caller, for the message when it does not pickle.
+_CARRIES = {
+    "Reset": "reset()'s options",
+    "Call": "the call's arguments",
+    "Apply": "apply()'s arguments",
+    "SetAttr": "set_attr()'s values",
+    "Step": "the actions",
+}
+
+
+def unsendable(cmd: Any, exc: Exception) -> ValueError:
+    """The error for ``cmd``, which did not pickle (``exc``): it names what the caller
+    passed. A backend pickles every command of a call before it sends any, so that the
+    groups and the manager are left as they were."""
+    what = _CARRIES.get(type(cmd).__name__, type(cmd).__name__)
+    return ValueError(f"{what} cannot be sent to the workers: {exc}")
 
 
 def group_shares(

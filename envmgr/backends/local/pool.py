@@ -24,7 +24,7 @@ from multiprocessing.reduction import ForkingPickler
 from time import monotonic
 from typing import Any
 
-from envmgr.backends.base import Lost, remote_exception
+from envmgr.backends.base import Lost, remote_exception, unsendable
 from envmgr.backends.local.wait import DEADLINE, Quietly, wait_until
 from envmgr.backends.local.worker import worker_main
 from envmgr.errors import RemoteTraceback, WorkerDiedError, WorkerTimeoutError
@@ -46,16 +46,6 @@ class LostWorker(Exception):
         self.lost = lost
 
 
-#: What each command carries from the caller, for the message when it does not pickle.
-_CARRIES = {
-    "Reset": "reset()'s options",
-    "Call": "the call's arguments",
-    "Apply": "apply()'s arguments",
-    "SetAttr": "set_attr()'s values",
-    "Step": "the actions",
-}
-
-
 def pickled(cmd: Any) -> memoryview:
     """``cmd`` pickled for a worker's pipe, before anything is written to it.
 
@@ -66,8 +56,7 @@ def pickled(cmd: Any) -> memoryview:
     try:
         return ForkingPickler.dumps(cmd)  # type: ignore[no-any-return]
     except Exception as exc:
-        what = _CARRIES.get(type(cmd).__name__, type(cmd).__name__)
-        raise ValueError(f"{what} cannot be sent to the workers: {exc}") from exc
+        raise unsendable(cmd, exc) from exc
 
 
 @contextmanager

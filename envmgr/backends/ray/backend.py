@@ -22,7 +22,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from envmgr.backends.base import Lost, Waited, group_shares, remote_exception
+from envmgr.backends.base import Lost, Waited, group_shares, remote_exception, unsendable
 from envmgr.backends.ray.actor import actor_class, pack, unpack
 from envmgr.envside.serve import error_response
 from envmgr.errors import RayActorDiedError, RemoteTraceback, WorkerDiedError, WorkerTimeoutError
@@ -158,12 +158,17 @@ class RayBackend:
     # ================================================================ commands
 
     def post(self, commands: Mapping[int, Command]) -> None:
+        packed = {}
+        for g, cmd in commands.items():
+            try:  # all of them before any is sent: a call reaches every group or none
+                packed[g] = pack(cmd, getattr(cmd, "actions", None))
+            except Exception as exc:
+                raise unsendable(cmd, exc) from exc
         for g, cmd in commands.items():
             if g in self._cut:  # its actor is gone: the wait reports it lost
                 self._calls[g] = (cmd.seq, None)
                 continue
-            size_of = getattr(cmd, "actions", None)
-            self._calls[g] = (cmd.seq, self.actors[g].run.remote(pack(cmd, size_of)))
+            self._calls[g] = (cmd.seq, self.actors[g].run.remote(packed[g]))
 
     def post_step(
         self, groups: Sequence[int], seq: int, ship: bool, actions: Any, ids: np.ndarray | None
