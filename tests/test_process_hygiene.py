@@ -44,6 +44,53 @@ def test_fork_workers_do_not_start_their_own_resource_trackers(run_python: Any) 
     assert "resource_tracker" not in proc.stderr, proc.stderr
 
 
+@pytest.mark.parametrize("caller_envs", [0, 1], ids=["workers", "caller_envs"])
+def test_a_forked_child_leaves_the_parents_manager_alone(run_python: Any, caller_envs: int) -> None:
+    """A plain os.fork() child inherits the manager. Its calls are refused, its close() is
+    a no-op, and its normal exit (atexit: envmgr's close, and multiprocessing's handler,
+    which terminated every daemon process on the list of children it inherited) leaves
+    the parent's workers and segment as they were: the parent steps on."""
+    proc = run_python(
+        f"""
+        import os, sys
+        import numpy as np
+        from envs import DictObsEnv
+        from fault_envs import segment_of
+        from envmgr import ClosedManagerError, SubprocessEnvManager
+
+        envs = SubprocessEnvManager(DictObsEnv, 2, 2, caller_envs={caller_envs})
+        envs.reset(seed=0)
+        actions = np.zeros((envs.num_envs, 2), dtype=np.int64)
+        envs.step(actions)
+        shm = segment_of(envs.worker_pids)
+        pid = os.fork()
+        if pid == 0:
+            try:
+                envs.step(actions)
+                print("child stepped")
+            except ClosedManagerError as exc:
+                print("child refused:", exc)
+            envs.close()
+            sys.exit(0)
+        _, status = os.waitpid(pid, 0)
+        print("child exit status", os.waitstatus_to_exitcode(status))
+        envs.step(actions)
+        print("workers alive", all(os.path.exists(f"/proc/{{p}}") for p in envs.worker_pids))
+        print("segment there", os.path.exists(f"/dev/shm/{{shm}}"))
+        envs.close()
+        print("segment after close", os.path.exists(f"/dev/shm/{{shm}}"))
+        """
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "child refused: cannot step: this process is a fork of process " in out, out
+    assert "whose SubprocessEnvManager this is" in out
+    assert "child exit status 0" in out
+    assert "workers alive True" in out and "segment there True" in out, out
+    assert "segment after close False" in out
+    assert "Error" not in proc.stderr, proc.stderr
+
+
 @pytest.mark.parametrize("context", ["fork", "forkserver", "spawn"])
 def test_workers_and_segment_go_when_the_parent_is_killed(context: str) -> None:
     """A manager process killed with SIGKILL cannot close anything: its workers must

@@ -128,6 +128,11 @@ class Backend(Protocol):
 
     def shutdown(self, graceful: bool) -> None: ...
 
+    def disown(self) -> None:
+        """In a child forked from the process that started the groups: forget them without
+        stopping them (they are the parent's), so that nothing at this process's exit does."""
+        ...
+
 
 def remote_exception(err: ErrorResponse, where: str, envs: range) -> BaseException:
     """The exception a group reported, as its own type where it unpickles and is an

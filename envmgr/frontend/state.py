@@ -8,6 +8,7 @@ told apart from one the user closed::
     IDLE ──send / async_reset──> IN_FLIGHT(group -> seq) ──recv (the last)──> IDLE
     any ──failure not recovered──> BROKEN(cause) ──close──> CLOSED
     any ──close──> CLOSED
+    any ──os.fork(), in the child──> CLOSED(forked copy): the parent's, never stopped here
 
 :class:`State` is frozen: a transition builds a new one, so no reader ever sees
 half of one. The hot path compares the state with :data:`IDLE` by identity.
@@ -114,7 +115,8 @@ class State:
         call: The pending call (``PENDING`` only).
         in_flight: Group -> seq of its ``send()`` step or ``async_reset`` (``IN_FLIGHT``
             only; never empty there).
-        cause: The failure that broke the manager (``BROKEN`` only).
+        cause: The failure that broke the manager (``BROKEN``), or why a manager closed
+            without a ``close()`` (``CLOSED`` in a forked child).
     """
 
     phase: Phase
@@ -131,6 +133,15 @@ class State:
     def flying(seqs: Mapping[int, int]) -> State:
         """The state with the groups of ``seqs`` stepping; :data:`IDLE` if none is."""
         return _flying(dict(seqs))
+
+    @staticmethod
+    def forked_copy(owner: str, pid: int) -> State:
+        """Closed in a child that process ``pid`` forked: the manager is the parent's."""
+        why = (
+            f"this process is a fork of process {pid}, whose {owner} this is: its workers "
+            "answer that process only (build a manager in this one)"
+        )
+        return State(Phase.CLOSED, cause=ClosedManagerError(why))
 
     @staticmethod
     def broken(cause: BaseException) -> State:
@@ -150,6 +161,8 @@ class State:
             BrokenManagerError: A failure broke it; caused by that failure.
         """
         if self.phase is CLOSED_PHASE:
+            if self.cause is not None:  # closed for a reason of its own (a forked copy)
+                raise ClosedManagerError(f"cannot {name}: {self.cause}") from None
             raise ClosedManagerError.on(owner, name)
         failure = self.cause
         if failure is not None:

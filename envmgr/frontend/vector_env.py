@@ -27,7 +27,9 @@ raises :class:`~envmgr.errors.BrokenManagerError` caused by that failure;
 from __future__ import annotations
 
 import functools
+import os
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -51,10 +53,10 @@ from envmgr.frontend.options import (
 from envmgr.frontend.restarts import RestartBudget
 from envmgr.frontend.results import RESTARTED_INFO_KEY, BatchReader
 from envmgr.frontend.session import Batch, Session
-from envmgr.frontend.state import CLOSED, IDLE, CallKind, PendingCall
+from envmgr.frontend.state import CLOSED, IDLE, CallKind, PendingCall, State
 from envmgr.protocol.messages import Ready
 
-__all__ = ["BatchedVectorEnv", "FrontEndOptions", "RESTARTED_INFO_KEY"]
+__all__ = ["BatchedVectorEnv", "FrontEndOptions", "RESTARTED_INFO_KEY", "open_managers"]
 
 _Method = TypeVar("_Method", bound=Callable[..., Any])
 
@@ -83,6 +85,31 @@ def one_thread_at_a_time(method: _Method) -> _Method:
     return guarded  # type: ignore[return-value]
 
 
+#: Every manager opened in this process and not closed (for the fork hook below, and
+#: the local managers' exit hook).
+_OPEN: weakref.WeakSet[BatchedVectorEnv] = weakref.WeakSet()
+
+_Manager = TypeVar("_Manager", bound="BatchedVectorEnv")
+
+
+def open_managers(kind: type[_Manager]) -> list[_Manager]:
+    """The managers of class ``kind`` opened in this process and not closed."""
+    return [m for m in list(_OPEN) if isinstance(m, kind)]
+
+
+def _disown_after_fork() -> None:
+    """In a forked child: each inherited manager is the parent's, so calls are refused
+    and nothing here may stop its workers or free its segment (an exit's ``close()``
+    would otherwise end the parent's workers)."""
+    for manager in list(_OPEN):
+        manager._session.state = State.forked_copy(type(manager).__name__, manager._owner_pid)
+        if manager._backend is not None:
+            manager._backend.disown()
+
+
+os.register_at_fork(after_in_child=_disown_after_fork)
+
+
 class BatchedVectorEnv(VectorEnv):  # type: ignore[type-arg]
     """A ``VectorEnv`` over groups of envs run by a backend; the managers subclass it.
 
@@ -100,6 +127,8 @@ class BatchedVectorEnv(VectorEnv):  # type: ignore[type-arg]
     _turn: threading.RLock
     #: The public call the thread holding ``_turn`` entered last, for the refusal message.
     _busy_with = ""
+    #: The process that opened the manager: only it may stop the groups.
+    _owner_pid = -1
 
     def _open(
         self,
@@ -111,6 +140,7 @@ class BatchedVectorEnv(VectorEnv):  # type: ignore[type-arg]
     ) -> None:
         """Start ``backend``'s groups and take their spaces; the caller shuts down on failure."""
         self._turn = threading.RLock()
+        self._owner_pid = os.getpid()
         self._backend = backend
         layout = backend.layout
         self.num_envs = layout.num_envs
@@ -147,6 +177,7 @@ class BatchedVectorEnv(VectorEnv):  # type: ignore[type-arg]
         self._calls = Calls(session)
         self._first_ready = FirstReady(session, self._actions)
         session.opened(buffers, reader, self.autoreset_mode)
+        _OPEN.add(self)
 
     def _adopt(self, readies: list[Ready], options: FrontEndOptions) -> None:
         """Take the spaces and metadata the groups reported; they must agree."""
@@ -394,6 +425,10 @@ class BatchedVectorEnv(VectorEnv):  # type: ignore[type-arg]
         """Stop everything. ``clean``: no exception is leaving a ``with`` block, so a pending
         call is warned about (an exception says more) and unshipped timings are pulled."""
         session: Session | None = getattr(self, "_session", None)
+        if self._forked_copy():
+            if session is not None and not session.state.closed:
+                session.state = State.forked_copy(type(self).__name__, self._owner_pid)
+            return
         turn: threading.RLock | None = getattr(self, "_turn", None)
         held = turn is not None and turn.acquire(False)
         try:
@@ -425,6 +460,7 @@ class BatchedVectorEnv(VectorEnv):  # type: ignore[type-arg]
                     pass
         finally:
             self._shutdown(graceful=True)
+            _OPEN.discard(self)
             if session is not None:
                 session.state = CLOSED
             if held:
@@ -437,7 +473,14 @@ class BatchedVectorEnv(VectorEnv):  # type: ignore[type-arg]
         """Part of gymnasium's ``VectorEnv.close`` protocol; :meth:`close` does the work."""
         self._shutdown(graceful=True)
 
+    def _forked_copy(self) -> bool:
+        """Whether this process is a fork of the one that opened the manager (checked on
+        the way out, where the fork hook may not have run: a fork made from C code)."""
+        return self._owner_pid not in (-1, os.getpid())
+
     def _shutdown(self, graceful: bool) -> None:
+        if self._forked_copy():
+            return
         session: Session | None = getattr(self, "_session", None)
         if session is not None:
             session.release(graceful)

@@ -23,7 +23,6 @@ from __future__ import annotations
 import atexit
 import multiprocessing as mp
 import warnings
-import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -39,7 +38,7 @@ from envmgr.frontend.options import (
     check_options,
     seconds,
 )
-from envmgr.frontend.vector_env import BatchedVectorEnv
+from envmgr.frontend.vector_env import BatchedVectorEnv, open_managers
 from envmgr.managers.arguments import group_specs, hosted_layout, split_caller
 from envmgr.protocol.layout import Layout
 
@@ -57,8 +56,6 @@ VectorEnvFactory = Callable[[int], gym.vector.VectorEnv]  # type: ignore[type-ar
 #: vCPU must be woken by the host), and budgets of 1-2 ms beat 0.2 ms by
 #: 10-30% on compute-bound and CartPole batches; longer only burns idle CPU.
 DEFAULT_SPIN_SECONDS = 1e-3
-
-_LIVE_MANAGERS: weakref.WeakSet[SubprocessEnvManager] = weakref.WeakSet()
 
 
 def default_start_method() -> str:
@@ -235,7 +232,6 @@ class SubprocessEnvManager(BatchedVectorEnv):
         except BaseException:
             self._shutdown(graceful=False)
             raise
-        _LIVE_MANAGERS.add(self)
 
     @property
     def restarts(self) -> list[int]:
@@ -263,7 +259,7 @@ class SubprocessEnvManager(BatchedVectorEnv):
 def _close_live_managers() -> None:
     # Workers are daemons, so multiprocessing would kill them at exit anyway;
     # this is about the shared-memory segments, which only an unlink frees.
-    for manager in list(_LIVE_MANAGERS):
+    for manager in open_managers(SubprocessEnvManager):
         try:
             manager.close()
         except Exception:

@@ -215,6 +215,9 @@ class CallerBackend:
     def abandon(self, g: int, why: str) -> bool:
         return self.inner.abandon(g, why)
 
+    def disown(self) -> None:
+        self.inner.disown()
+
     def shutdown(self, graceful: bool) -> None:
         group, self._group = self._group, None
         self._queued = None

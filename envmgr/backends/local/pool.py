@@ -8,6 +8,7 @@ runs per step.
 
 from __future__ import annotations
 
+import multiprocessing.process
 import os
 import select
 import signal
@@ -388,6 +389,14 @@ class WorkerPool:
         return Lost(reason, WorkerDiedError(message, g, envs, code))
 
     # ================================================================ stopping
+
+    def disown(self) -> None:
+        """In a forked child: the workers are the parent's children, not this process's.
+        Taken off multiprocessing's list of children, which a plain ``os.fork()`` child
+        inherits and whose exit handler would otherwise terminate every daemon on it (a
+        child started by multiprocessing clears that list itself)."""
+        for proc in self.processes:
+            multiprocessing.process._children.discard(proc)  # type: ignore[attr-defined]
 
     def shutdown(self, close_timeout: float, told: Callable[[list[int]], None]) -> None:
         """Tell every live worker to close, let ``told`` flag it, and stop them all.

@@ -261,6 +261,9 @@ class ProcessBackend:
 
     # ================================================================ shutdown
 
+    def disown(self) -> None:
+        self.pool.disown()
+
     def shutdown(self, graceful: bool) -> None:
         """Stop every worker within ``close_timeout`` and unlink shared memory."""
         bell = self._bell if graceful and self.buffers is not None else None

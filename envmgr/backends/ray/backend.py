@@ -346,6 +346,9 @@ class RayBackend:
 
     # ================================================================ shutdown
 
+    def disown(self) -> None:
+        pass  # actors are the cluster's: a forked child holds handles only
+
     def shutdown(self, graceful: bool) -> None:
         ray = self.ray
         actors, self.actors = self.actors, []
