@@ -576,7 +576,7 @@ def cartpole():
 
 def train(venv):
     model = PPO("MlpPolicy", venv, seed=0, n_steps=128, batch_size=64, n_epochs=3, device="cpu")
-    model.learn(2048)
+    model.learn(1024)  # two rollouts: the second collected with the policy the first trained
     return model.policy.state_dict()
 
 
