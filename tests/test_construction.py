@@ -250,3 +250,53 @@ def test_recv_refuses_a_batch_size_that_is_no_count() -> None:
                 envs.recv(batch_size=bad)  # type: ignore[arg-type]
         *_, ids = envs.recv(batch_size=4)
         assert ids.tolist() == [0, 1, 2, 3]
+
+
+REGISTERED_IN_MAIN = """
+import gymnasium as gym
+import numpy as np
+from envs import DictObsEnv
+from envmgr import SubprocessEnvManager
+
+
+class OnlyInMain(DictObsEnv):
+    pass
+
+
+gym.register("OnlyInMain-v0", entry_point=OnlyInMain)
+ids = ["OnlyInMain-v0"]
+try:
+    import ale_py
+
+    gym.register_envs(ale_py)  # Gymnasium 1.x: ALE's ids exist only after this
+    ids.append("ALE/Pong-v5")
+except ImportError:
+    pass
+for env_id in ids:
+    for context in ("forkserver", "spawn"):
+        with SubprocessEnvManager(lambda: gym.make(env_id), 2, 1, context=context) as envs:
+            envs.reset(seed=0)
+            envs.step(envs.action_space.sample())
+            print(env_id, context, "stepped", envs.num_envs, "envs")
+"""
+
+
+def test_envs_registered_by_the_script_are_made_in_workers_that_never_ran_it(
+    run_python: Any,
+) -> None:
+    """The usual Gymnasium 1.x script registers its envs (``gym.register_envs(ale_py)``,
+    ``gym.register(...)``) and passes ``lambda: gym.make(id)``. Forkserver and spawn
+    workers never run the script, so gym.make raised NamespaceNotFound/NameNotFound there
+    until the parent's registrations travelled with the factories."""
+    proc = run_python(REGISTERED_IN_MAIN, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    for context in ("forkserver", "spawn"):
+        assert f"OnlyInMain-v0 {context} stepped 2 envs" in proc.stdout, proc.stdout
+        if _has("ale_py"):
+            assert f"ALE/Pong-v5 {context} stepped 2 envs" in proc.stdout, proc.stdout
+
+
+def _has(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None

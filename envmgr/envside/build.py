@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from envmgr import timers as timer_module
 from envmgr.envside.group import EnvGroup, GroupSpec
+from envmgr.envside.registrations import install
 from envmgr.envside.single_group import SingleEnvGroup
 from envmgr.envside.vector_group import VectorEnvGroup
 
@@ -26,6 +27,7 @@ def build_group(spec: GroupSpec, began: float | None = None) -> EnvGroup:
     if began is not None:
         stack.start_time = began
     with timer_module.hierarchical_timer("make_envs", stack):
+        install(spec.registrations)
         if spec.vector_fn is not None:
             return VectorEnvGroup(spec)
         return SingleEnvGroup(spec)

@@ -67,6 +67,9 @@ class GroupSpec:
         autoreset_mode: Gymnasium autoreset mode value (single envs only).
         env_fns: One zero-argument factory per env (a :class:`SingleEnvGroup`), or
         vector_fn: ``fn(size) -> VectorEnv`` (a :class:`VectorEnvGroup`).
+        registrations: The parent's gymnasium registrations
+            (:func:`~envmgr.envside.registrations.registrations`), installed before the
+            envs are built.
     """
 
     index: int
@@ -75,6 +78,7 @@ class GroupSpec:
     autoreset_mode: str
     env_fns: tuple[Callable[[], gym.Env[Any, Any]], ...] | None = None
     vector_fn: Callable[[int], gym.vector.VectorEnv] | None = None  # type: ignore[type-arg]
+    registrations: bytes = b""
 
 
 class BuildFailed(Exception):

@@ -11,6 +11,7 @@ import gymnasium as gym
 from gymnasium.vector import AutoresetMode
 
 from envmgr.envside.group import GroupSpec
+from envmgr.envside.registrations import registrations
 from envmgr.frontend.options import FrontEndOptions, count
 from envmgr.protocol.layout import Layout
 
@@ -234,6 +235,7 @@ def group_specs(
 ) -> list[bytes]:
     """Each group's cloudpickled :class:`GroupSpec`; an unpicklable factory fails here."""
     payloads = []
+    known = registrations()  # once: every group gets the same bytes
     for g in range(layout.n_groups):
         r = layout.range(g)
         spec = GroupSpec(
@@ -243,6 +245,7 @@ def group_specs(
             autoreset_mode,
             None if fns is None else tuple(fns[r.start : r.stop]),
             vector_fn,
+            known,
         )
         try:
             payloads.append(cloudpickle.dumps(spec))
