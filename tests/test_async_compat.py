@@ -101,6 +101,10 @@ def test_unsupported_asyncvectorenv_arguments_say_so() -> None:
         SubprocessEnvManager([_cartpole] * 2, worker=lambda *a: None)
     with pytest.raises(ValueError, match="observation_mode"):
         SubprocessEnvManager([_cartpole] * 2, observation_mode="different")
+    with pytest.raises(ValueError, match="max_concurrency=1 is not supported.*n_workers=1"):
+        SubprocessEnvManager([_cartpole] * 2, max_concurrency=1)
+    with SubprocessEnvManager([_cartpole] * 2, max_concurrency=None) as envs:
+        envs.reset(seed=0)  # Gymnasium 1.4's default, accepted as AsyncVectorEnv takes it
 
 
 def _start(call: str, envs: Any) -> None:

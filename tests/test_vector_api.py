@@ -97,3 +97,19 @@ def test_env_step_seconds_counts_every_env_step(backend: Backend) -> None:
                 seconds, steps = envs.env_step_seconds()
                 assert steps.tolist() == expected.tolist(), f"after step {k}"
                 assert seconds.shape == (4,) and (seconds > 0).all()
+
+
+def test_np_random_seed_and_np_random_are_the_envs_as_in_sync_vector_env() -> None:
+    """Both Sync- and AsyncVectorEnv give each env's; the base VectorEnv's own generator,
+    which envmgr gave before, had a random seed that reset(seed=...) never touched."""
+    import gymnasium as gym
+
+    sync = gym.vector.SyncVectorEnv([DictObsEnv] * 4)
+    with SubprocessEnvManager(DictObsEnv, 2, 2) as envs:
+        envs.reset(seed=42)
+        sync.reset(seed=42)
+        assert envs.np_random_seed == sync.np_random_seed == (42, 43, 44, 45)
+        ours, theirs = envs.np_random, sync.np_random
+        assert isinstance(ours, tuple) and len(ours) == 4
+        assert [g.random() for g in ours] == [g.random() for g in theirs]
+    sync.close()

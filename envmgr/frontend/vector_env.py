@@ -321,6 +321,17 @@ class BatchedVectorEnv(VectorEnv):  # type: ignore[type-arg]
         ``AsyncVectorEnv.get_attr`` does."""
         return self.call(name, env_ids=env_ids)
 
+    @property
+    def np_random_seed(self) -> tuple[int, ...]:  # type: ignore[override]
+        """Each env's ``np_random_seed``, as ``SyncVectorEnv``/``AsyncVectorEnv`` give it
+        (the base ``VectorEnv``'s own generator is seeded by nothing here)."""
+        return self.get_attr("np_random_seed")
+
+    @property
+    def np_random(self) -> tuple[np.random.Generator, ...]:  # type: ignore[override]
+        """Copies of each env's ``np_random`` generator, as ``AsyncVectorEnv`` gives them."""
+        return self.get_attr("np_random")
+
     @one_thread_at_a_time
     def render(self) -> tuple[Any, ...]:
         """Each env's ``render()`` result."""

@@ -115,6 +115,9 @@ class SubprocessEnvManager(BatchedVectorEnv):
             have the same observation space.
         worker: ``AsyncVectorEnv``'s custom worker function is not supported;
             passing one raises ``TypeError``.
+        max_concurrency: ``AsyncVectorEnv``'s limit on envs stepping at once (Gymnasium
+            1.4). ``None`` is accepted; a number is refused with ``ValueError``: at most
+            ``n_workers`` envs step at once here, so pass ``n_workers`` instead.
         caller_envs: Envs the calling process steps itself, between waking the
             workers and collecting them (:mod:`envmgr.backends.local.caller_group`): the last
             ``caller_envs`` envs of the batch, with the same results, autoreset,
@@ -147,6 +150,7 @@ class SubprocessEnvManager(BatchedVectorEnv):
         daemon: bool = True,
         observation_mode: str = "same",
         worker: Callable[..., Any] | None = None,
+        max_concurrency: int | None = None,
         caller_envs: int = 0,
         **options: Unpack[FrontEndOptions],
     ) -> None:
@@ -165,6 +169,12 @@ class SubprocessEnvManager(BatchedVectorEnv):
             )
         if not daemon:
             raise ValueError("daemon=False is not supported: workers must not outlive the manager")
+        if max_concurrency is not None:
+            raise ValueError(
+                f"max_concurrency={max_concurrency!r} is not supported: each worker steps its "
+                "envs one after another, so at most n_workers envs step at once; pass "
+                f"n_workers={max_concurrency!r} instead"
+            )
         del shared_memory  # always on where the space allows
         self.context = context or default_start_method()
         if self.context not in mp.get_all_start_methods():
