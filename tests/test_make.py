@@ -102,7 +102,10 @@ def test_user_registered_env_without_the_workers_registry(user_env_id: str, cont
         np.testing.assert_array_equal(rewards, np.full(4, 2.5))
         assert len(set(infos["pid"].tolist()) - {os.getpid()}) == 2  # two worker processes
         assert envs.spec is not None and envs.spec.id == user_env_id
-        assert envs.spec.kwargs == {"size": 3, "reward": 2.5}
+        # The env kwargs, then make_vec's own arguments, as make_vec records them.
+        recorded = {"num_envs": 4, "vectorization_mode": "async", "wrappers": ()}
+        recorded["vector_kwargs"] = {"context": context}
+        assert envs.spec.kwargs == {"size": 3, "reward": 2.5, **recorded}
 
 
 def test_the_issue_example_env_kwargs_go_to_the_env() -> None:

@@ -158,3 +158,20 @@ def test_vector_entry_point_mode_hosts_the_batched_env() -> None:
         truncated = [envs.step(np.ones(5, dtype=np.int64))[3] for _ in range(7)]
     # max_episode_steps reached the vector entry point: every env truncates at step 7.
     assert not any(t.any() for t in truncated[:-1]) and truncated[-1].all()
+
+
+@pytest.mark.parametrize("mode", ["async", "sync", "vector_entry_point"])
+def test_a_spec_round_trips_between_make_vec_and_make(mode: str) -> None:
+    """make_vec records its arguments in the vector env's spec: make() took them for
+    env arguments (TypeError: unexpected keyword 'num_envs'), and its own spec gave one
+    worker's share, so make(envs.spec) built a smaller manager."""
+    theirs = gym.make_vec("CartPole-v1", 4, vectorization_mode=mode)
+    with make(theirs.spec, n_workers=2) as ours:
+        assert ours.num_envs == 4
+        assert ours.spec.kwargs["vectorization_mode"] == mode
+        again = gym.make_vec(ours.spec)
+        assert again.num_envs == 4
+        again.close()
+        with make(ours.spec, n_workers=2) as twice:
+            assert twice.num_envs == 4 and twice.spec.kwargs == ours.spec.kwargs
+    theirs.close()

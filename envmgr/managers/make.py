@@ -28,6 +28,9 @@ from envmgr.managers.local import SubprocessEnvManager
 
 __all__ = ["make"]
 
+#: ``gymnasium.make_vec``'s arguments, which a vector env's spec records in its kwargs.
+_MAKE_VEC_ARGUMENTS = ("num_envs", "vectorization_mode", "vector_kwargs", "wrappers")
+
 # Manager arguments that make() fills in itself.
 _SET_BY_MAKE = ("env_fns", "n_workers", "envs_per_worker", "num_envs", "vector_fn")
 
@@ -320,6 +323,17 @@ def make(
             ``vector_kwargs``), or ``vector_kwargs`` holding what make() sets itself.
         ImportError, AttributeError: If a string entry point cannot be imported.
     """
+    spec = _resolve_spec(env_id)
+    # A spec from a vector env (envs.spec of make_vec) records make_vec's own arguments
+    # among its kwargs: they are taken out and used, as make_vec does (the spec's win).
+    recorded = {k: spec.kwargs[k] for k in _MAKE_VEC_ARGUMENTS if k in spec.kwargs}
+    if recorded:
+        kept = {k: v for k, v in spec.kwargs.items() if k not in recorded}
+        spec = dataclasses.replace(spec, kwargs=kept)
+        num_envs = recorded.get("num_envs", num_envs)
+        vectorization_mode = recorded.get("vectorization_mode", vectorization_mode)
+        vector_kwargs = recorded.get("vector_kwargs", vector_kwargs)
+        wrappers = recorded.get("wrappers", wrappers)
     num_envs = count("num_envs", num_envs)
     n_workers = count("n_workers", n_workers)
     # No n_workers: the manager's own default (min(num_envs, cores), split unevenly).
@@ -329,13 +343,20 @@ def make(
         )
     manager_kwargs = _check_vector_kwargs(vector_kwargs)
     wrapper_tuple = _check_wrappers(wrappers)
-    spec = _resolve_spec(env_id)
     _check_env_kwargs(spec, env_kwargs)
     mode = _vectorization_mode(vectorization_mode, spec, wrapper_tuple)
     if mode == "async":
         factory = _SpecEnvFactory(spec, dict(env_kwargs), wrapper_tuple)
-        return SubprocessEnvManager(factory, n_workers, num_envs=num_envs, **manager_kwargs)
-    vector_fn = _SpecVectorEnvFactory(spec, mode, dict(env_kwargs), wrapper_tuple)
-    return SubprocessEnvManager(
-        None, n_workers, num_envs=num_envs, vector_fn=vector_fn, **manager_kwargs
-    )
+        envs = SubprocessEnvManager(factory, n_workers, num_envs=num_envs, **manager_kwargs)
+    else:
+        vector_fn = _SpecVectorEnvFactory(spec, mode, dict(env_kwargs), wrapper_tuple)
+        envs = SubprocessEnvManager(
+            None, n_workers, num_envs=num_envs, vector_fn=vector_fn, **manager_kwargs
+        )
+    # As make_vec records its arguments in the spec, so that make(envs.spec) builds the
+    # same manager again (the workers' own spec gave one worker's share).
+    recorded = {"num_envs": num_envs, "vectorization_mode": mode, "wrappers": wrapper_tuple}
+    recorded["vector_kwargs"] = manager_kwargs
+    reported = envs.spec or spec  # the workers' (plain-picklable) spec, with the env kwargs
+    envs.spec = dataclasses.replace(reported, kwargs={**reported.kwargs, **recorded})
+    return envs
