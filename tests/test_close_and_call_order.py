@@ -7,6 +7,7 @@ with a reset in flight), then calls on a closed manager, and calls out of order
 
 from __future__ import annotations
 
+import gc
 import os
 
 import gymnasium as gym
@@ -113,3 +114,23 @@ def test_step_async_twice_raises_already_pending_call_error() -> None:
             envs.get_attr("tag")
         envs.step_wait()  # the first call is still intact
         envs.step(actions[1])
+
+
+def test_close_unmaps_the_segment_while_the_manager_is_still_referenced() -> None:
+    """close() left two views of the action arrays in the backend: the deleted segment
+    stayed mapped, and its file descriptor open, for as long as the object lived."""
+    envs = SubprocessEnvManager(DictObsEnv, 2, 1)
+    envs.reset(seed=0)
+    segment = segment_of(envs.worker_pids)
+    envs.close()
+    gc.collect()  # what close() drops may sit in reference cycles; envs itself stays alive
+    with open("/proc/self/maps") as maps:
+        assert segment not in maps.read()
+    assert not any(segment in os.path.realpath(f"/proc/self/fd/{fd}") for fd in _fds())
+
+
+def _fds() -> list[str]:
+    try:
+        return os.listdir("/proc/self/fd")
+    except OSError:
+        return []

@@ -130,3 +130,41 @@ def test_close_from_another_thread_ends_the_call_inside(
     assert envs.closed
     with pytest.raises(ClosedManagerError):
         envs.step(np.zeros(2, dtype=np.int64))
+
+
+class SlowCloseEnv(MarkedSleepEnv):
+    """Touches ``marker`` when its close() starts, then sleeps ``seconds`` there."""
+
+    def close(self) -> None:
+        Path(self.marker).touch()
+        time.sleep(self.seconds)
+
+
+def test_a_call_during_close_from_another_thread_names_close(tmp_path: Path) -> None:
+    marker = tmp_path / "closing"
+    envs = SubprocessEnvManager(lambda: SlowCloseEnv(str(marker), 1.0), 2, 1)
+    envs.reset(seed=0)
+    thread, out = _in_thread(envs.close)
+    _wait_for(marker, thread)
+    with pytest.raises(BusyManagerError, match=r"inside close\(\) of this"):
+        envs.step(np.zeros(2, dtype=np.int64))
+    thread.join(30)
+    assert envs.closed and "error" not in out, out
+
+
+def test_managers_opened_in_two_threads_leave_main_as_it_was() -> None:
+    """Starting a worker hides ``__main__`` for a moment; two threads doing it at once each
+    saved the other's stand-in, and an empty module was left as ``__main__``."""
+    import sys
+
+    main = sys.modules["__main__"]
+
+    def open_and_close() -> None:
+        for _ in range(10):
+            SubprocessEnvManager(lambda: MarkedSleepEnv("unused", 0.0), 2, 1).close()
+
+    threads = [_in_thread(open_and_close) for _ in range(2)]
+    for thread, out in threads:
+        thread.join(50)
+        assert not thread.is_alive() and "error" not in out, out
+    assert sys.modules["__main__"] is main

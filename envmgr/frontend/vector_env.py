@@ -442,6 +442,8 @@ class BatchedVectorEnv(VectorEnv):  # type: ignore[type-arg]
             return
         turn: threading.RLock | None = getattr(self, "_turn", None)
         held = turn is not None and turn.acquire(False)
+        if held:
+            self._busy_with = "close"  # what another thread's refused call is told
         try:
             if session is None:
                 return

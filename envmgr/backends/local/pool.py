@@ -60,21 +60,28 @@ def pickled(cmd: Any) -> memoryview:
         raise unsendable(cmd, exc) from exc
 
 
+#: Held while ``sys.modules["__main__"]`` is swapped for a worker's start.
+_MAIN_SWAP = threading.Lock()
+
+
 @contextmanager
 def _main_module_hidden() -> Iterator[None]:
     """Keep spawn/forkserver children from re-running the user's ``__main__``.
 
     Workers need nothing from ``__main__``: env factories travel by value with
     cloudpickle. Hiding it means scripts without an ``if __name__ == "__main__"``
-    guard work under every start method.
+    guard work under every start method. Under a lock: two threads starting workers at
+    once (a manager each) would otherwise each save the other's stand-in as the real
+    module, and the last to finish would leave an empty ``__main__`` behind.
     """
-    main = sys.modules.get("__main__")
-    sys.modules["__main__"] = types.ModuleType("__main__")
-    try:
-        yield
-    finally:
-        if main is not None:
-            sys.modules["__main__"] = main
+    with _MAIN_SWAP:
+        main = sys.modules.get("__main__")
+        sys.modules["__main__"] = types.ModuleType("__main__")
+        try:
+            yield
+        finally:
+            if main is not None:
+                sys.modules["__main__"] = main
 
 
 @contextmanager
@@ -420,13 +427,15 @@ class WorkerPool:
         deadline = monotonic() + close_timeout
         for proc in procs:
             proc.join(max(0.0, deadline - monotonic()))
-        for proc in procs:
-            if proc.is_alive():
-                proc.terminate()
-                proc.join(1.0)
-            if proc.is_alive():
-                proc.kill()
-                proc.join(1.0)
+        # Then every straggler at once, each step bounded for all of them together: one
+        # at a time, close() took a second per worker that ignored SIGTERM.
+        for stop in (BaseProcess.terminate, BaseProcess.kill):
+            left = [proc for proc in procs if proc.is_alive()]
+            for proc in left:
+                stop(proc)
+            deadline = monotonic() + 1.0
+            for proc in left:
+                proc.join(max(0.0, deadline - monotonic()))
         wake = [self.wake_r, self.wake_w]
         self.wake_r = self.wake_w = None  # type: ignore[assignment]
         for pipe_end in [*conns, *wake]:

@@ -281,6 +281,10 @@ class ProcessBackend:
 
         self.pool.shutdown(self.close_timeout, flag_close)
         self._bell = self._collector = None
+        # Views into the segment: kept, they would keep it mapped (and its fd open) for as
+        # long as the manager object lives.
+        self._plain_actions = None
+        self._group_actions = []
         buffers, self.buffers = self.buffers, None
         if buffers is not None:
             buffers.close()
