@@ -327,7 +327,7 @@ class BatchedVectorEnv(VectorEnv):  # type: ignore[type-arg]
         (the base ``VectorEnv``'s own generator is seeded by nothing here)."""
         return self.get_attr("np_random_seed")
 
-    @property
+    @property  # type: ignore[misc]  # read-only, as in SyncVectorEnv
     def np_random(self) -> tuple[np.random.Generator, ...]:  # type: ignore[override]
         """Copies of each env's ``np_random`` generator, as ``AsyncVectorEnv`` gives them."""
         return self.get_attr("np_random")
