@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -569,8 +570,12 @@ def test_factory_error_is_raised_and_leaves_nothing(ray: Any) -> None:
     from ray._private import state
 
     before = set(state.actors())
-    with pytest.raises(ArithmeticError, match="factory failed"):
+    with pytest.raises(ArithmeticError, match="factory failed") as caught:
         _manager(env_fns=make_broken_factory, n_actors=2, envs_per_actor=1)
+    # Its note names the actor's process, which had built nothing yet.
+    notes = " ".join(getattr(caught.value, "__notes__", []))
+    pid = re.search(r"pid (\d+)", notes)
+    assert pid is not None and int(pid.group(1)) > 0, notes
     new = [a for a in state.actors() if a not in before]
     assert len(new) == 2
     assert _wait_dead(ray, new) == {a: "DEAD" for a in new}

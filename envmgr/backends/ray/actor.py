@@ -67,12 +67,18 @@ class EnvActor:
         self.group: EnvGroup | None = None
         self._idle_since = perf_counter()
 
-    def start(self) -> tuple[Any, str, str]:
-        """Build the group; ``(Ready or ErrorResponse, node id, node ip)``."""
+    def start(self) -> tuple[Any, str, str, int]:
+        """Build the group; ``(Ready or ErrorResponse, node id, node ip, pid)``."""
         import ray
 
         began = perf_counter()
-        node = (ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address())
+        # The pid travels beside the answer, not in it, so that a factory's error can
+        # name the process it happened in too.
+        node = (
+            ray.get_runtime_context().get_node_id(),
+            ray.util.get_node_ip_address(),
+            os.getpid(),
+        )
         spec = cloudpickle.loads(self._payload)
         try:
             group = build_group(spec, began)

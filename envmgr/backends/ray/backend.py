@@ -133,11 +133,11 @@ class RayBackend:
 
     def _started(self, g: int, ref: Any) -> Ready:
         try:
-            answer, node_id, node_ip = self.ray.get(ref, timeout=self.get_timeout)
+            answer, node_id, node_ip, pid = self.ray.get(ref, timeout=self.get_timeout)
         except self.ray.exceptions.RayError as err:
             raise self._died(g, "start", err).failure from err
         info = self.actor_info[g]
-        info.node_id, info.node_ip = node_id, node_ip
+        info.node_id, info.node_ip, info.pid = node_id, node_ip, pid
         try:
             info.actor_id = self.actors[g]._actor_id.hex()
         except Exception:
@@ -145,7 +145,6 @@ class RayBackend:
         if isinstance(answer, ErrorResponse):
             exc = remote_exception(answer, self.where(g), self.layout.range(g))
             raise exc from RemoteTraceback(answer.traceback)
-        info.pid = answer.pid
         return answer  # type: ignore[no-any-return]
 
     def attach(self, observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> Any:
