@@ -268,9 +268,11 @@ class SubprocessEnvManager(BatchedVectorEnv):
 @atexit.register
 def _close_live_managers() -> None:
     # Workers are daemons, so multiprocessing would kill them at exit anyway;
-    # this is about the shared-memory segments, which only an unlink frees.
+    # this is about the shared-memory segments, which only an unlink frees. Not a
+    # clean close: the script has ended, so a pending call is not warned about (the
+    # warning could point only here) and no timings are pulled for nobody to read.
     for manager in open_managers(SubprocessEnvManager):
         try:
-            manager.close()
+            manager._close(clean=False)
         except Exception:
             pass
