@@ -160,7 +160,7 @@ def test_managers_opened_in_two_threads_leave_main_as_it_was() -> None:
     main = sys.modules["__main__"]
 
     def open_and_close() -> None:
-        for _ in range(10):
+        for _ in range(4):
             SubprocessEnvManager(lambda: MarkedSleepEnv("unused", 0.0), 2, 1).close()
 
     threads = [_in_thread(open_and_close) for _ in range(2)]
