@@ -149,19 +149,7 @@ def test_an_env_error_during_send_recv_is_raised_by_recv(backend: Backend, tmp_p
         np.testing.assert_array_equal(ids, np.arange(N))
 
 
-@on_backends(
-    caller="env 3's result never leaves this process: nothing is pickled",
-    ray=[
-        pytest.param(
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="on Ray the note says call('make_lock'), not 'call (sending the "
-                "result)': EnvActor.run pickles its answer (pack) after the try that "
-                "would name that phase",
-            )
-        )
-    ],
-)
+@on_backends(caller="env 3's result never leaves this process: nothing is pickled")
 def test_an_unpicklable_call_result_names_the_worker(backend: Backend, tmp_path: Path) -> None:
     """ "an unpicklable info or call result: an error naming the worker and what could
     not be pickled"; the manager stays usable."""

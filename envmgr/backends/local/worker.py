@@ -31,7 +31,13 @@ from envmgr.backends.local.wait import READY, Quietly, wait_until
 from envmgr.backends.local.worker_doorbell import WorkerDoorbell
 from envmgr.envside.build import build_group
 from envmgr.envside.group import BuildFailed, EnvGroup, GroupSpec
-from envmgr.envside.serve import build_error, command_error, error_response, serve, serve_step
+from envmgr.envside.serve import (
+    build_error,
+    command_error,
+    serve,
+    serve_step,
+    unsendable_answer,
+)
 from envmgr.protocol.messages import Ack, Attach, Close, Command, Step, WorkerConfig
 from envmgr.protocol.shared_memory import SharedBuffers
 
@@ -104,8 +110,7 @@ def _pickled(config: WorkerConfig, message: Any, phase: str) -> memoryview:
     try:
         return ForkingPickler.dumps(message)  # type: ignore[no-any-return]
     except Exception as exc:  # unpicklable info, observation, or call result
-        seq = getattr(message, "seq", -1)
-        err = error_response(config.worker_index, seq, None, f"{phase} (sending the result)", exc)
+        err = unsendable_answer(config.worker_index, message, phase, exc)
         return ForkingPickler.dumps(err)  # type: ignore[no-any-return]
 
 

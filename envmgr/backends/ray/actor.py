@@ -19,7 +19,7 @@ import numpy as np
 
 from envmgr.envside.build import build_group
 from envmgr.envside.group import BuildFailed, EnvGroup
-from envmgr.envside.serve import build_error, command_error, serve
+from envmgr.envside.serve import build_error, command_error, serve, unsendable_answer
 from envmgr.protocol.shared_memory import SharedBuffers
 
 __all__ = ["EnvActor", "actor_class", "pack", "unpack"]
@@ -107,7 +107,11 @@ class EnvActor:
         except BaseException as exc:
             answer = command_error(group, cmd, exc)
         self._idle_since = perf_counter()
-        return pack(answer, getattr(answer, "arrays", None))
+        try:
+            return pack(answer, getattr(answer, "arrays", None))
+        except Exception as exc:  # an unpicklable info or call result, as a worker says it
+            phase = type(cmd).__name__.lower()
+            return pack(unsendable_answer(group.index, answer, phase, exc), None)
 
     def close(self) -> None:
         if self.group is not None:
