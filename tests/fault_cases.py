@@ -79,10 +79,6 @@ RAY_DEATHS = (
     "Ray reports a dead actor without signal or exit code; actor deaths and restarts "
     "are pinned in test_contract.py[ray] and test_ray.py"
 )
-RAY_HANG = (
-    "a hung actor's timeout can also blame the healthy actor: "
-    "test_ray_late_replies.py (xfail) pins that"
-)
 FRONT_END = "the front end refuses it before any backend is reached: the local case covers all"
 LOCAL = Backend("local")
 

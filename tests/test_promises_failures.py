@@ -26,8 +26,6 @@ from fault_cases import (
     CALLER_DIES,
     CALLER_RAISES,
     RAY_DEATHS,
-    RAY_HANG,
-    WHERE,
     group_ids,
     wait_until,
 )
@@ -167,7 +165,7 @@ def test_an_unpicklable_call_result_names_the_worker(backend: Backend, tmp_path:
 
 
 @pytest.mark.timeout(30)
-@on_backends("max_restarts", local=[0, 1], caller=CALLER_BLOCKS, ray=RAY_HANG)
+@on_backends("max_restarts", local=[0, 1], caller=CALLER_BLOCKS)
 def test_reset_wait_timeout(backend: Backend, max_restarts: int, tmp_path: Path) -> None:
     """``reset_wait(timeout)``: a reset that does not answer in time is a worker failure
     (``WorkerTimeoutError``), or under restarts a replacement that does the reset."""
@@ -178,16 +176,17 @@ def test_reset_wait_timeout(backend: Backend, max_restarts: int, tmp_path: Path)
         ready_file=str(tmp_path / "blocked"),
         max_restarts=max_restarts,
     ) as envs:
+        where = envs._where(1)  # WHERE, or the actor's name and node on Ray
         envs.reset_async(seed=5)
         wait_until((tmp_path / "blocked").exists, "env 3 blocking in reset")
         if not max_restarts:
             with pytest.raises(WorkerTimeoutError) as ei:
                 envs.reset_wait(timeout=1.0)
-            assert str(ei.value) == f"{WHERE}: it did not answer reset within 1.0 s"
+            assert str(ei.value) == f"{where}: it did not answer reset within 1.0 s"
             assert envs.closed
             return
         obs, infos = envs.reset_wait(timeout=1.0)
-        assert infos["envmgr_restarted"][3] == f"{WHERE}: it did not answer reset within 1.0 s"
+        assert infos["envmgr_restarted"][3] == f"{where}: it did not answer reset within 1.0 s"
         assert envs.restarts == [0, 1]
         sync = SyncVectorEnv(fault_env_fns("none", N, 3))
         want, _ = sync.reset(seed=5)  # the replacement carried out the seeded reset
@@ -196,16 +195,17 @@ def test_reset_wait_timeout(backend: Backend, max_restarts: int, tmp_path: Path)
 
 
 @pytest.mark.timeout(30)
-@on_backends(caller=CALLER_BLOCKS, ray=RAY_HANG)
+@on_backends(caller=CALLER_BLOCKS)
 def test_call_wait_timeout(backend: Backend, tmp_path: Path) -> None:
     """``call_wait(timeout)``: a call that does not answer in time raises
     ``WorkerTimeoutError`` naming the worker and the call."""
     with faulty(backend, "none", tmp_path, ready_file=str(tmp_path / "blocked")) as envs:
+        where = envs._where(1)
         envs.call_async("pause", 3600.0, 3)  # env 3 sleeps, the others return at once
         wait_until((tmp_path / "blocked").exists, "env 3 blocking in the call")
         with pytest.raises(WorkerTimeoutError) as ei:
             envs.call_wait(timeout=1.0)
-        assert str(ei.value) == f"{WHERE}: it did not answer call('pause') within 1.0 s"
+        assert str(ei.value) == f"{where}: it did not answer call('pause') within 1.0 s"
         assert isinstance(ei.value, TimeoutError) and envs.closed
 
 

@@ -123,7 +123,7 @@ class RayBackend:
         if not_ready:
             g = refs.index(not_ready[0])
             raise WorkerTimeoutError(
-                f"{self.where(g)} did not start within {self.start_timeout} s: could it be "
+                f"{self.where(g)}: it did not start within {self.start_timeout} s: could it be "
                 f"placed? It asks for {self._opts[g]}; the cluster has "
                 f"{ray.available_resources()} free",
                 g,
@@ -197,9 +197,9 @@ class RayBackend:
                 late = sorted(waiting.items(), key=lambda item: (seqs[item[1]], item[1]))
                 for ref, g in late[:todo]:
                     del waiting[ref]
-                    reason = f"did not answer {phase} within {timeout} s"
+                    reason = f"it did not answer {phase} within {timeout} s"
                     failure = WorkerTimeoutError(
-                        f"{self.where(g)} {reason}", g, self.layout.range(g)
+                        f"{self.where(g)}: {reason}", g, self.layout.range(g)
                     )
                     got.lost[g] = Lost(reason, failure)
                 break
@@ -267,9 +267,9 @@ class RayBackend:
         if "node has died" in str(err) or isinstance(err, self.ray.exceptions.NodeDiedError):
             node_alive = False  # Ray said so before its node table caught up
         how = "was lost with its node" if node_alive is False else "died"
-        what = f"{how} during {phase}: {reason}"
+        what = f"it {how} during {phase}: {reason}"
         failure = RayActorDiedError(
-            f"{self.where(g)} {what}",
+            f"{self.where(g)}: {what}",
             g,
             self.layout.range(g),
             node_ip=info.node_ip or None,
@@ -320,9 +320,9 @@ class RayBackend:
         ref = self.actors[g].start.remote()
         ready, _ = ray.wait([ref], timeout=timeout)
         if not ready:
-            reason = f"did not start within {timeout} s"
+            reason = f"it did not start within {timeout} s"
             return Lost(
-                reason, WorkerTimeoutError(f"{self.where(g)} {reason}", g, self.layout.range(g))
+                reason, WorkerTimeoutError(f"{self.where(g)}: {reason}", g, self.layout.range(g))
             )
         try:
             return self._started(g, ref)
