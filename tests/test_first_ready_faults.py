@@ -86,7 +86,8 @@ def test_worker_death_during_recv(
     tracker.assert_cleaned_up()
 
 
-@on_backends("max_restarts", local=[0, 1], caller=CALLER_BLOCKS)
+# On Ray, the restart case only: test_call_wait_timeout[ray] checks the timeout's message.
+@on_backends("max_restarts", local=[0, 1], caller=CALLER_BLOCKS, ray=[1])
 def test_hang_in_recv_with_partial_batches(
     backend: Backend, max_restarts: int, tmp_path: Path
 ) -> None:

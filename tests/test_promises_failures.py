@@ -165,7 +165,8 @@ def test_an_unpicklable_call_result_names_the_worker(backend: Backend, tmp_path:
 
 
 @pytest.mark.timeout(30)
-@on_backends("max_restarts", local=[0, 1], caller=CALLER_BLOCKS)
+# On Ray, the restart case only: test_call_wait_timeout[ray] checks the timeout's message.
+@on_backends("max_restarts", local=[0, 1], caller=CALLER_BLOCKS, ray=[1])
 def test_reset_wait_timeout(backend: Backend, max_restarts: int, tmp_path: Path) -> None:
     """``reset_wait(timeout)``: a reset that does not answer in time is a worker failure
     (``WorkerTimeoutError``), or under restarts a replacement that does the reset."""
