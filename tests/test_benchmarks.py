@@ -206,6 +206,53 @@ def test_unknown_marker_and_unused_table_are_named(tmp_path: Path) -> None:
     assert "table single-env is in no document" in proc.stderr
 
 
+TARGETS_CHECK = """
+import copy, json, sys
+from pathlib import Path
+import tables_realenv as t
+record = json.loads(Path(sys.argv[1]).read_text())
+tmp = Path(sys.argv[2])
+def run(name, started, step, caller, over_async):
+    report = copy.deepcopy(record)
+    report["started"] = started
+    for c in report["configs"]:
+        if (c["env"], c["n_envs"]) == ("halfcheetah", 8):
+            for k in ("envmgr", "envmgr-firstready", "envmgr-caller"):
+                c["ratios"][f"{k}/ceiling"]["median"] = 0.5
+                c["median_steps_per_second"][k] = 1.0
+            c["ratios"]["envmgr/ceiling"]["median"] = step
+            c["ratios"]["envmgr-caller/ceiling"]["median"] = caller
+            rates = c["median_steps_per_second"]
+            rates["envmgr-caller"] = over_async * rates["async"]
+    path = tmp / name / "realenv.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(report))
+    return path
+t.REALENV = run("record", "2098-01-01 00:00:00 UTC", 0.72, 0.75, 1.5)
+run("repeats/b", "2099-01-01 00:00:00 UTC", 0.698, 0.81, 10.0)   # 0.698 rounds to 0.70
+t.REPEATS = tmp / "repeats"
+t.rel = lambda path: path.relative_to(tmp).as_posix()  # the caption names files in the repo
+text = t.realenv_targets()
+lines = text.splitlines()
+assert "| 2098-01-01 00:00 @ " in lines[2] and " | 2099-01-01 00:00 @ " in lines[2], lines[2]
+rows = {line.split(" | ")[0][2:]: line.split(" | ") for line in lines[4:]}
+step = rows["HalfCheetah-v5, n=8: default `step` / ceiling"]
+assert step[2:] == ["0.72", "0.698", "1 of 2 |"], step
+best = rows["HalfCheetah-v5, n=8: best layout / ceiling"]
+assert best[2:] == ["0.75 (caller)", "0.81 (caller)", "1 of 2 |"], best
+fast = rows["HalfCheetah-v5, n=8: fastest / AsyncVectorEnv"]
+assert fast[2:] == ["1.50x (caller)", "10.00x (caller)", "1 of 2 |"], fast
+print("ok")
+"""
+
+
+def test_realenv_targets_read_every_run_and_round_without_flipping_a_verdict(
+    tmp_path: Path,
+) -> None:
+    record = BENCH / "results" / "realenv" / "realenv.json"
+    assert run_code(TARGETS_CHECK, str(record), str(tmp_path), cwd=tmp_path).startswith("ok")
+
+
 PLOT_CHECK = """
 import json, sys
 from matplotlib.colors import to_hex
