@@ -221,6 +221,8 @@ def run(name, started, step, caller, over_async):
                 c["ratios"][f"{k}/ceiling"]["median"] = 0.5
                 c["median_steps_per_second"][k] = 1.0
             c["ratios"]["envmgr/ceiling"]["median"] = step
+            c["ratios"]["doorbell/ceiling"]["median"] = 0.70
+            c["ratios"]["lockstep/ceiling"]["median"] = 0.9
             c["ratios"]["envmgr-caller/ceiling"]["median"] = caller
             rates = c["median_steps_per_second"]
             rates["envmgr-caller"] = over_async * rates["async"]
@@ -237,9 +239,11 @@ lines = text.splitlines()
 assert "| 2098-01-01 00:00 @ " in lines[2] and " | 2099-01-01 00:00 @ " in lines[2], lines[2]
 rows = {line.split(" | ")[0][2:]: line.split(" | ") for line in lines[4:]}
 step = rows["HalfCheetah-v5, n=8: default `step` / ceiling"]
-assert step[2:] == ["0.72", "0.698", "1 of 2 |"], step
+assert step[2:] == ["0.72 (its bound 0.70)", "0.698 (its bound 0.70)", "1 of 2 |"], step
 best = rows["HalfCheetah-v5, n=8: best layout / ceiling"]
-assert best[2:] == ["0.75 (caller)", "0.81 (caller)", "1 of 2 |"], best
+assert best[2:] == [
+    "0.75 (caller; lock-step 0.90)", "0.81 (caller; lock-step 0.90)", "1 of 2 |"
+], best
 fast = rows["HalfCheetah-v5, n=8: fastest / AsyncVectorEnv"]
 assert fast[2:] == ["1.50x (caller)", "10.00x (caller)", "1 of 2 |"], fast
 print("ok")
