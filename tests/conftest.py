@@ -12,7 +12,8 @@ message naming what leaked):
   and neither may a child of multiprocessing's forkserver (forkserver workers
   are its children, not ours). multiprocessing's own helpers (the
   resource_tracker and the forkserver, recognised by their command line) are
-  not leaks: they live as long as the test session by design.
+  not leaks: they live as long as the test session by design. One that died is
+  reported, but left for multiprocessing to reap and start again.
 """
 
 from __future__ import annotations
@@ -115,6 +116,18 @@ def is_mp_helper(cmdline: str) -> bool:
     return any(marker in cmdline for marker in _HELPER_MARKERS)
 
 
+def _mp_helper_pids() -> set[int]:
+    """The pids multiprocessing holds for its forkserver and resource_tracker (a zombie's
+    command line is empty, so a dead one is known by its pid alone)."""
+    from multiprocessing import forkserver, resource_tracker
+
+    held = (
+        getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None),
+        getattr(getattr(resource_tracker, "_resource_tracker", None), "_pid", None),
+    )
+    return {pid for pid in held if pid is not None}
+
+
 def _process_snapshot() -> dict[int, tuple[int, str, str]]:
     """Our children, plus the children of our forkserver (the forkserver's workers)."""
     mine = children_of(os.getpid())
@@ -188,7 +201,13 @@ def no_leaks(request: pytest.FixtureRequest) -> Iterator[None]:
     for p in active_leaked:
         p.kill()
         p.join(5)
+    helpers = _mp_helper_pids()
     for pid in proc_leaked:
+        if pid in helpers:
+            # A dead forkserver or resource_tracker is multiprocessing's to reap: its next
+            # start waits on the pid, sees it dead and starts a new one. Reaped here, that
+            # wait raises ChildProcessError in every later test that starts a process.
+            continue
         try:
             os.waitpid(pid, os.WNOHANG)
         except ChildProcessError:

@@ -49,14 +49,19 @@ class InterruptStorm:
     but only inside :meth:`run`'s call (the test's own loop must not be cut off).
 
     SIGPROF (CPU time), not SIGALRM: pytest-timeout's signal method owns SIGALRM.
+
+    Where envmgr holds Ctrl-C back (it swaps SIGINT's handler while it starts and
+    records a process), a Ctrl-C would wait, so the storm does too: cut there, a
+    forkserver start is left half-sent, and CPython's forkserver dies of it.
     """
 
     def __init__(self, every_s: float = 1e-4) -> None:
         self.every_s = every_s
         self.armed = False
+        self.ctrl_c: Any = None
 
     def _handler(self, signum: int, frame: Any) -> None:
-        if self.armed:
+        if self.armed and signal.getsignal(signal.SIGINT) is self.ctrl_c:
             self.armed = False
             raise _Interrupt
 
@@ -72,6 +77,7 @@ class InterruptStorm:
 
     @contextmanager
     def raging(self) -> Iterator[InterruptStorm]:
+        self.ctrl_c = signal.getsignal(signal.SIGINT)
         old = signal.signal(signal.SIGPROF, self._handler)
         signal.setitimer(signal.ITIMER_PROF, self.every_s, self.every_s)
         try:
