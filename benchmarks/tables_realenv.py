@@ -14,6 +14,9 @@ from doc_tables import RESULTS, load_json, markdown, rel, table
 
 REALENV = RESULTS / "realenv" / "realenv.json"
 
+#: envmgr's layouts, in table order (realenv_peers.ENVMGR_LAYOUTS, without importing the
+#: benchmark harness and its envs into the doc tables).
+LAYOUTS = ("envmgr", "envmgr-firstready", "envmgr-caller")
 ENV_LABELS = {"pong": "Pong", "halfcheetah": "HalfCheetah-v5", "humanoid": "Humanoid-v5"}
 #: Columns as fractions of the ceiling, in table order.
 COLUMNS = [
@@ -83,14 +86,14 @@ def realenv() -> str:
 def realenv_peers() -> str:
     """envmgr's best layout against each peer, and the parent's CPU per batch."""
     report = load_json(REALENV)
-    layouts = ("envmgr", "envmgr-firstready", "envmgr-caller")
     rows = []
     for c in _configs(report):
         med = c["median_steps_per_second"]
-        best = max((med[k], k) for k in layouts if k in med)[1]
+        best = max((med[k], k) for k in LAYOUTS if k in med)[1]
 
-        def over(peer: str, med: dict[str, float] = med, best: str = best) -> str:
-            return f"{med[best] / med[peer]:.2f}x" if med.get(peer) else "–"
+        def over(peer: str, config: dict[str, Any] = c) -> str:
+            got = target_value(config, f"best/{peer}")  # the targets table's reading too
+            return f"{got[0]:.2f}x" if got else "–"
 
         cpu = c.get("median_parent_cpu_us_per_batch", {})
         rows.append(
@@ -104,7 +107,7 @@ def realenv_peers() -> str:
                 if med.get("puffer-2", 0) >= med.get("puffer-1", 0)
                 else over("puffer-1"),
                 over("envpool"),
-                " / ".join(f"{cpu[k]:,.0f}" if k in cpu else "–" for k in layouts),
+                " / ".join(f"{cpu[k]:,.0f}" if k in cpu else "–" for k in LAYOUTS),
             ]
         )
     head = [
@@ -140,7 +143,6 @@ TARGETS = [
     ("Pong, n=8: fastest / AsyncVectorEnv", "pong", 8, "best/async", 1.3),
     ("Pong, n=8: fastest / SB3 SubprocVecEnv", "pong", 8, "best/subproc", 1.5),
 ]
-LAYOUTS = ("envmgr", "envmgr-firstready", "envmgr-caller")
 SHORT = {"envmgr": "step", "envmgr-firstready": "first-ready", "envmgr-caller": "caller"}
 #: The floor each layout's structure sets, measured in the same run: the default's two
 #: workers and a sleeping parent ("doorbell"), or two processes behind a bare barrier.
