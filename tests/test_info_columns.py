@@ -341,6 +341,44 @@ def test_whole_batches_of_the_same_keys_and_any_change_from_them_read_back_alike
     assert [c.key for c in writer.schema().columns] == []
 
 
+def test_a_batch_written_in_one_go_falls_back_on_any_difference_a_key_at_a_time() -> None:
+    """Scalar columns are written for the whole batch at once; an env that swaps a key for
+    another (same count), adds one, or gives one value of another type is written the
+    general way, with the same result."""
+    arena = np.zeros((2, ROW_BYTES), dtype=np.uint8)
+    writer = InfoWriter(arena)
+    assert writer.split([(i, {"a": float(i), "b": i, "c": np.int32(i)}) for i in range(2)]) == []
+    assert (
+        writer.split([(i, {"a": 5.0 + i, "b": 7 * i, "c": np.int32(-i)}) for i in range(2)]) == []
+    )
+    assert _read_back(arena, writer) == {
+        "a": ([5.0, 6.0], [True, True]),
+        "b": ([0, 7], [True, True]),
+        "c": ([0, -1], [True, True]),
+    }
+    # Env 1 says "d" in place of "c": "d" gets a column, env 1's "c" reads zero, unmasked.
+    swapped = [(0, {"a": 1.0, "b": 1, "c": np.int32(1)}), (1, {"a": 2.0, "b": 2, "d": 2.5})]
+    assert writer.split(swapped) == []
+    got = _read_back(arena, writer)
+    assert got["c"] == ([1, 0], [True, False]) and got["d"] == ([0.0, 2.5], [False, True])
+    # One value of another type: that key pickles from then on, the others stay columns.
+    odd = [
+        (0, {"a": 3.0, "b": 3, "c": np.int32(3), "d": 0.5}),
+        (1, {"a": 4, "b": 4, "c": np.int32(4), "d": 1.5}),
+    ]
+    assert writer.split(odd) == [(0, {"a": 3.0}), (1, {"a": 4})]
+    assert _read_back(arena, writer) == {
+        "b": ([3, 4], [True, True]),
+        "c": ([3, 4], [True, True]),
+        "d": ([0.5, 1.5], [True, True]),
+    }
+    # A single column is a block too.
+    one = InfoWriter(np.zeros((2, ROW_BYTES), dtype=np.uint8))
+    assert one.split([(0, {"lives": 3}), (1, {"lives": 5})]) == []
+    assert one.split([(0, {"lives": 2}), (1, {"lives": 4})]) == []
+    assert _read_back(one.arena, one) == {"lives": ([2, 4], [True, True])}
+
+
 class _Batch(gym.vector.VectorEnv):  # type: ignore[type-arg]
     """Just enough of a VectorEnv for its ``_add_info`` (which reads ``num_envs``)."""
 

@@ -158,6 +158,12 @@ def merge(read: Read, pairs: Pairs, n: int, add_info: AddInfo) -> dict[str, Any]
         add_info: Gymnasium's ``VectorEnv._add_info`` (its ``num_envs`` is ``n``).
     """
     columns, python, mixed = read
+    if not pairs and not mixed:  # the usual step: the columns say it all
+        only: dict[str, Any] = {}
+        for key, (values, mask) in columns.items():
+            only[key] = values
+            only["_" + key] = mask
+        return only
     by_key = _by_key(pairs)
     for key, items in mixed.items():
         by_key[key] = [*items, *by_key.get(key, ())]
