@@ -38,6 +38,7 @@ import numpy as np
 
 __all__ = [
     "NoopEnv",
+    "NoopInfoEnv",
     "ComputeEnv",
     "ImageEnv",
     "StragglerEnv",
@@ -107,6 +108,17 @@ class NoopEnv(_CountingEnv):
 
     def step(self, action):
         return self._obs, 1.0, False, self._advance(), {}
+
+
+class NoopInfoEnv(NoopEnv):
+    """:class:`NoopEnv` whose every step says what HalfCheetah-v5's does: four numeric info
+    keys (numpy scalars), so an info's whole path through a manager is timed, not the env.
+    """
+
+    def step(self, action):
+        t = np.float64(self._t)
+        info = {"x_position": t, "x_velocity": t, "reward_forward": t, "reward_ctrl": -t}
+        return self._obs, 1.0, False, self._advance(), info
 
 
 class ComputeEnv(_CountingEnv):
@@ -195,6 +207,10 @@ def make_noop() -> gym.Env:
     return NoopEnv()
 
 
+def make_noop_info() -> gym.Env:
+    return NoopInfoEnv()
+
+
 def make_compute() -> gym.Env:
     return ComputeEnv()
 
@@ -215,6 +231,7 @@ def make_cartpole() -> gym.Env:
 #: Short benchmark name -> zero-argument factory.
 FACTORIES: dict[str, Callable[[], gym.Env]] = {
     "noop": make_noop,
+    "noop-info": make_noop_info,
     "cartpole": make_cartpole,
     "compute": make_compute,
     "image": make_image,

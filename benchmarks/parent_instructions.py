@@ -6,6 +6,13 @@ Usage (from the repository root; needs valgrind, e.g. ``apt-get install valgrind
     python benchmarks/parent_instructions.py                      # 1 x 4 and 2 x 64, no-op env
     python benchmarks/parent_instructions.py --layouts 2x64 --compare ../old-checkout
     python benchmarks/parent_instructions.py --layouts 1x4,2x4,4x4,8x4,16x4  # per added worker
+    python benchmarks/parent_instructions.py --env noop-info --layouts 1x4+4  # caller_envs=4
+
+``--env noop-info`` gives every env HalfCheetah-v5's four numeric info keys, so the
+count covers the info columns on both sides. A layout ``WxE+C`` adds ``caller_envs=C``:
+the parent then steps C envs itself while the worker steps its own, and its count is
+the whole of one side of the batch's critical path (its envs' serve, info writes
+included, and the parent's own work), as the worker's side is the same serve.
 
 On a shared 2-vCPU VM, µs of parent CPU per batch step drift by 2x within an hour as the
 host's load changes, which hides a 30% change of envmgr's own cost. Instructions do not
@@ -37,8 +44,8 @@ HERE = Path(__file__).resolve().parent
 STEPS = (200, 5200)
 
 
-def child(workers: int, envs: int, steps: int) -> None:
-    """Build the manager, step ``steps`` batches of no-op envs, close."""
+def child(workers: int, envs: int, caller: int, steps: int, env_name: str) -> None:
+    """Build the manager, step ``steps`` batches of ``env_name`` envs, close."""
     sys.path.insert(0, str(HERE))
     import envs as bench_envs
     import numpy as np
@@ -46,18 +53,20 @@ def child(workers: int, envs: int, steps: int) -> None:
     import envmgr
 
     bench_envs.make_picklable()
-    actions = np.zeros((8, workers * envs), dtype=np.int64)
-    factory = bench_envs.FACTORIES["noop"]
+    actions = np.zeros((8, workers * envs + caller), dtype=np.int64)
+    factory = bench_envs.FACTORIES[env_name]
     manager = envmgr.SubprocessEnvManager
-    with manager(factory, workers, envs, spin_seconds=60.0, timer_interval=3600.0) as m:
+    kwargs = {"caller_envs": caller} if caller else {}
+    with manager(factory, workers, envs, spin_seconds=60.0, timer_interval=3600.0, **kwargs) as m:
         m.reset(seed=0)
         for i in range(steps):
             m.step(actions[i % 8])
 
 
-def count(workers: int, envs: int, steps: int, checkout: Path | None) -> int:
+def count(layout: tuple[int, int, int], steps: int, env_name: str, checkout: Path | None) -> int:
     """Instructions the parent executed in one run of :func:`child`."""
     env = dict(os.environ)
+    env["PYTHONHASHSEED"] = "0"  # set and dict orders, hence their work, alike every run
     if checkout is not None:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(checkout), env.get("PYTHONPATH")]))
     cmd = [
@@ -68,7 +77,7 @@ def count(workers: int, envs: int, steps: int, checkout: Path | None) -> int:
         sys.executable,
         __file__,
         "--child",
-        f"{workers}x{envs}x{steps}",
+        ",".join(map(str, (*layout, steps, env_name))),
     ]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
     found = re.search(r"Collected : (\d+)", out.stderr)
@@ -79,12 +88,16 @@ def count(workers: int, envs: int, steps: int, checkout: Path | None) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--layouts", default="1x4,2x64", help="WORKERSxENVS (default: %(default)s)")
+    p.add_argument(
+        "--layouts", default="1x4,2x64", help="WORKERSxENVS[+CALLER] (default: %(default)s)"
+    )
+    p.add_argument("--env", default="noop", choices=("noop", "noop-info"), help="the envs")
     p.add_argument("--compare", type=Path, default=None, help="another checkout to measure too")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
-        child(*(int(x) for x in args.child.split("x")))
+        *numbers, env_name = args.child.split(",")
+        child(*(int(x) for x in numbers), env_name)
         return 0
     if shutil.which("valgrind") is None:
         print("needs valgrind (Debian/Ubuntu: apt-get install valgrind)", file=sys.stderr)
@@ -92,16 +105,21 @@ def main(argv: list[str] | None = None) -> int:
     checkouts: list[tuple[str, Path | None]] = [("this checkout", None)]
     if args.compare is not None:
         checkouts.insert(0, (str(args.compare), args.compare.resolve()))
+    print(f"envs: {args.env}\n")
     print("| envmgr | layout | parent instructions per batch step |")
     print("|---|---|---:|")
     found: dict[str, dict[tuple[int, int], float]] = {name: {} for name, _ in checkouts}
-    for layout in args.layouts.split(","):
-        workers, envs = (int(x) for x in layout.split("x"))
+    for text in args.layouts.split(","):
+        workers_envs, _, caller = text.partition("+")
+        workers, envs = (int(x) for x in workers_envs.split("x"))
+        layout = (workers, envs, int(caller or 0))
+        label = f"{workers} x {envs}" + (f" + caller {caller}" if caller else "")
         for name, checkout in checkouts:
-            a, b = (count(workers, envs, s, checkout) for s in STEPS)
+            a, b = (count(layout, s, args.env, checkout) for s in STEPS)
             per_step = (b - a) / (STEPS[1] - STEPS[0])
-            found[name][(workers, envs)] = per_step
-            print(f"| {name} | {workers} x {envs} | {per_step:,.0f} |", flush=True)
+            if not caller:  # (the per-worker slope below is of the plain layouts)
+                found[name][(workers, envs)] = per_step
+            print(f"| {name} | {label} | {per_step:,.0f} |", flush=True)
     # The parent's own work per added worker (same envs per worker, least squares): the
     # part that decides the batch rate on many cores, free of the scheduling noise that
     # 16 processes on 2 cores add to CPU seconds.

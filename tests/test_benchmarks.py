@@ -139,7 +139,8 @@ def test_timeline_splits_every_batch_into_its_segments(tmp_path: Path) -> None:
 def test_parent_instructions_child_steps_a_manager(tmp_path: Path) -> None:
     """The script's traced child (valgrind itself is not needed for this) builds and steps
     the manager whose parent it counts."""
-    run("parent_instructions.py", "--child", "2x3x5", cwd=tmp_path)
+    run("parent_instructions.py", "--child", "2,3,0,5,noop", cwd=tmp_path)
+    run("parent_instructions.py", "--child", "1,2,2,5,noop-info", cwd=tmp_path)  # caller_envs
 
 
 def test_policy_loop_writes_under_results_by_default(tmp_path: Path) -> None:
