@@ -77,8 +77,7 @@ class InfoWriter:
         self._slots: dict[str, _Slot] = {}
         self._pickled: set[str] = set(ALWAYS_PICKLED)
         self._next = HEADER_BYTES
-        self._block: _Block | None = None  # built from the slots when first needed
-        self._block_stale = True
+        self._block: _Block | None = None  # the slots as one record (rebuilt as they change)
         # A random base: a replacement group never repeats a version its
         # predecessor's parent acknowledged.
         self.version = int.from_bytes(os.urandom(5), "little") + 1
@@ -161,10 +160,6 @@ class InfoWriter:
         ``infos`` has a pair for every env, so in env order.
         """
         slots = self._slots
-        if not slots:
-            return False
-        if self._block_stale:
-            self._block, self._block_stale = _Block.of(slots, self.arena), False
         if self._block is None or not self._block.write(infos):
             return False
         for slot in slots.values():
@@ -228,7 +223,7 @@ class InfoWriter:
             return False
         column = Column(key, dtype.str, shape, offset, offset + size, python)
         self._slots[key] = _Slot(column, kind, self.arena)
-        self._block_stale = True
+        self._block = _Block.of(self._slots, self.arena)
         self._next = offset + size + 1
         self.version += 1
         return True
@@ -236,7 +231,7 @@ class InfoWriter:
     def _retire(self, key: str) -> None:
         """``key`` pickles from now on; its column's bytes stay unused."""
         slot = self._slots.pop(key)
-        self._block_stale = True
+        self._block = _Block.of(self._slots, self.arena)
         slot.values[:] = 0
         slot.mask[:] = False
         self._pickled.add(key)
@@ -269,9 +264,9 @@ class _Block:
 
     @classmethod
     def of(cls, slots: dict[str, _Slot], arena: np.ndarray) -> _Block | None:
-        """The block of ``slots``, or ``None`` if a column holds arrays (those batches go
-        the general way)."""
-        if any(s.shape for s in slots.values()):
+        """The block of ``slots``, or ``None`` if there are none or a column holds arrays
+        (those batches go the general way)."""
+        if not slots or any(s.shape for s in slots.values()):
             return None
         keys = list(slots)
         records = arena.view(
