@@ -356,6 +356,7 @@ TABLE_MODULES = (
     "tables_sb3",
     "tables_outputs",
     "tables_costs",
+    "tables_timeline",
 )
 
 

@@ -183,13 +183,19 @@ def segments(notes: Notes, skip: int) -> dict[str, np.ndarray]:
     return {key: np.array(values) for key, values in rows.items()}
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+def parser(doc: str, n_help: str, seconds_help: str) -> argparse.ArgumentParser:
+    """The options a timeline script takes (``--env --n --batches --seconds --out``)."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--env", default="halfcheetah", choices=sorted(bench_envs.FACTORIES))
-    p.add_argument("--n", type=int, default=8, help="envs in all, split over 2 workers")
+    p.add_argument("--n", type=int, default=8, help=n_help)
     p.add_argument("--batches", type=int, default=3000, help="batches noted")
-    p.add_argument("--seconds", type=float, default=2.0, help="the ceiling's timed sample")
+    p.add_argument("--seconds", type=float, default=2.0, help=seconds_help)
     p.add_argument("--out", help="also write the report here")
+    return p
+
+
+def main() -> None:
+    p = parser(__doc__, "envs in all, split over 2 workers", "the ceiling's timed sample")
     args = p.parse_args()
     load = os.getloadavg()[0]
     factory = bench_envs.FACTORIES[args.env]

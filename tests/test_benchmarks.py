@@ -136,6 +136,29 @@ def test_timeline_splits_every_batch_into_its_segments(tmp_path: Path) -> None:
     assert "ceiling, same run:" in proc.stdout and "batches; µs per batch" in proc.stdout
 
 
+def test_caller_timeline_adds_up_to_the_batch_it_splits(tmp_path: Path) -> None:
+    """With caller_envs, the caller's segments are all measured, none negative, and they
+    add up to its batch; the caller's own work is their sum without env steps or waiting,
+    and the bounds of the same run are reported beside it."""
+    out, data = tmp_path / "timeline.txt", tmp_path / "timeline.json"
+    args = ["--env", "noop-info", "--n", "4", "--batches", "300", "--seconds", "0.1"]
+    proc = run("timeline_caller.py", *args, "--out", str(out), "--json", str(data), cwd=tmp_path)
+    assert out.read_text() == proc.stdout
+    rep = json.loads(data.read_text())
+    medians, per_batch = rep["median_us"], rep["median_us"]["batch (post -> next post)"]
+    assert rep["batches"] >= 290 and (rep["env"], rep["n_envs"]) == ("noop-info", 4)
+    assert all(value >= 0 for value in medians.values()), medians
+    caller = [key for key in medians if key.endswith(", caller") or "(" in key]
+    caller.remove("batch (post -> next post)")
+    # Medians of parts need not add up exactly to the median of their sum; within a fifth.
+    assert abs(sum(medians[key] for key in caller) - per_batch) < 0.2 * per_batch
+    own = sum(medians[key] for key in caller if "env steps" not in key and "waiting" not in key)
+    assert rep["caller_own_us"] == pytest.approx(own)
+    assert set(rep["bounds_us"]) == {"lock-step", "ceiling"}
+    assert all(us > 0 for us in rep["bounds_us"].values())
+    assert "of lock-step's rate" in proc.stdout and "pick-up, worker" in proc.stdout
+
+
 def test_parent_instructions_child_steps_a_manager(tmp_path: Path) -> None:
     """The script's traced child (valgrind itself is not needed for this) builds and steps
     the manager whose parent it counts."""
