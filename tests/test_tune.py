@@ -103,6 +103,26 @@ def test_worker_imbalance_names_the_slow_worker() -> None:
     assert any(s.startswith("worker imbalance: worker_1 ") for s in said), said
 
 
+def test_the_callers_own_work_is_said_where_it_holds_the_layout_back() -> None:
+    """Beside CartPole's few-µs steps the caller's own work is many times its env calls,
+    and holds the layout back; beside 20 ms steps it is too small to say."""
+    layout = Layout(1, caller_envs=2)
+    said = {}
+    for name, factory, batches in [
+        ("cheap", lambda: gym.make("CartPole-v1"), 200),
+        ("slow", lambda: DictActionEnv(0.02), 5),
+    ]:
+        with SubprocessEnvManager([factory] * 4, n_workers=1, caller_envs=2) as envs:
+            node, seconds = _timed_steps(envs, batches)
+        said[name] = findings(layout, read_layout(node, batches, seconds), 2, pickled_keys=[])
+    (line,) = [s for s in said["cheap"] if s.startswith("the caller's own work: ")]
+    share = int(line.split(" (")[1].split("%")[0])
+    bound = float(line.split("runs at about ")[1].split()[0])
+    assert share >= 10 and "beside its 2 envs'" in line, line
+    assert bound == pytest.approx(1 / (1 + share / 100), abs=0.011), line
+    assert not any(s.startswith("the caller's own work") for s in said["slow"]), said["slow"]
+
+
 def test_why_a_caller_or_hosted_layout_wins_reads_both_trees() -> None:
     default, caller = Layout(2, default=True), Layout(1, caller_envs=2, hosted=True)
     with envmgr.make("CartPole-v1", 4, n_workers=2) as envs:

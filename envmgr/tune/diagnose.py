@@ -9,7 +9,7 @@ those nodes, per batch:
   the answer it pickles and pipes when it has something to say (infos, an error).
 
 The findings are plain sentences with the numbers behind them: "infos pickled every step",
-"the parent waits for a core", "workers idle", "worker imbalance".
+"the parent waits for a core", "workers idle", "worker imbalance", "the caller's own work".
 """
 
 from __future__ import annotations
@@ -35,6 +35,9 @@ _SEND_FLOOR, _SEND_SHARE = 10e-6, 0.2
 _WAIT_FACTOR, _WAIT_FLOOR = 1.5, 10e-6
 _IDLE_SHARE = 0.5
 _IMBALANCE = 1.25
+#: The caller's own work, as a share of its env calls, from which it is said to hold the
+#: layout back: at 0.1 a caller layout already loses about a tenth of lock-step's rate.
+_OWN_SHARE = 0.1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,6 +159,22 @@ def findings(
             f"the parent's own work ({_short_seconds(reading.own)} per batch) and the hand-offs "
             "sit between their steps"
         )
+    caller = reading.group("worker_caller")
+    if lock_step and layout.caller_envs and caller is not None and caller.env > 0:
+        # The loop outside the wait, and the block's work around its env calls: both on
+        # the caller's path every batch. (The dispatch to the block is in the wait, not
+        # counted: this is a lower bound.)
+        env = caller.per_call(caller.env)
+        own = reading.own + caller.per_call(caller.busy - caller.env)
+        if own >= _OWN_SHARE * env:
+            out.append(
+                f"the caller's own work: {_short_seconds(own)} per batch beside its "
+                f"{layout.caller_envs} envs' {_short_seconds(env)} ({100 * own / env:.0f}%; "
+                "its loop outside the wait, its block's work around the env calls): every "
+                f"batch adds it to the env calls, so this layout runs at about "
+                f"{env / (env + own):.2f} of lock-step's rate here; more envs per side lower "
+                "the share"
+            )
     # Per call: first-ready workers serve different numbers of calls, a slow one fewer.
     envs = {g.name: g.per_call(g.env) for g in reading.groups}
     if len(envs) >= 2:
