@@ -35,6 +35,10 @@ Read = tuple[
 
 _NO_SCHEMA = Schema(0, ())
 
+#: A key's place in a read: its column, its mask's key (``"_" + key``) and the views of
+#: its values and its mask.
+Planned = tuple[Column, str, np.ndarray, np.ndarray]
+
 
 class InfoColumns:
     """Every group's info columns, read for the whole batch or for some groups.
@@ -48,12 +52,12 @@ class InfoColumns:
         self.arena = arena
         self.layout = layout
         self.schemas: list[Schema] = [_NO_SCHEMA] * layout.n_groups
-        # Per key: (column, values view, mask view) over all rows, when every group
-        # with columns lays the key out alike (the usual case); rebuilt on a change.
-        self._plan: list[tuple[Column, np.ndarray, np.ndarray]] | None = []
+        # Per key, its views over all rows, when every group with columns lays the key
+        # out alike (the usual case); rebuilt on a change.
+        self._plan: list[Planned] | None = []
         self._absent = bytes(layout.num_envs)  # a mask's bytes when no env has the key
         # The same per group, over its own rows: recv's usual answer is one group.
-        self._group_plans: list[list[tuple[Column, np.ndarray, np.ndarray]]]
+        self._group_plans: list[list[Planned]]
         self._group_plans = [[] for _ in range(layout.n_groups)]
         self._group_absent = [bytes(size) for size in layout.sizes]
 
@@ -68,7 +72,7 @@ class InfoColumns:
             self.schemas[g] = schema
             self._plan = self._whole_batch_plan()
             rows = self.arena[self.layout.starts[g] : self.layout.starts[g] + self.layout.sizes[g]]
-            self._group_plans[g] = [(column, *views(rows, column)) for column in schema.columns]
+            self._group_plans[g] = [_planned(rows, column) for column in schema.columns]
         ack_word(self.arena, self.layout.starts[g])[0] = schema.version
 
     def forget(self, g: int) -> None:
@@ -78,14 +82,25 @@ class InfoColumns:
         self._group_plans[g] = []
         ack_word(self.arena, self.layout.starts[g])[0] = 0
 
-    def _whole_batch_plan(self) -> list[tuple[Column, np.ndarray, np.ndarray]] | None:
+    def batch(self) -> dict[str, Any] | None:
+        """The whole batch's vector infos from the columns alone (what :func:`merge` gives
+        for ``read(None)`` and no pairs), when the groups with columns lay them out alike:
+        the usual step. ``None`` when they differ (then ``merge(read(None), ...)``)."""
+        plan = self._plan
+        return None if plan is None else _copy_out(plan, self._absent)
+
+    def group_batch(self, g: int) -> dict[str, Any]:
+        """As :meth:`batch`, for group ``g`` alone: arrays with a row per env of ``g``."""
+        return _copy_out(self._group_plans[g], self._group_absent[g])
+
+    def _whole_batch_plan(self) -> list[Planned] | None:
         """One view pair per key over every row, if the groups that have columns agree."""
         laid = [s.columns for s in self.schemas if s.columns]
         if not laid:
             return []
         if any(c != laid[0] for c in laid[1:]):
             return None
-        return [(column, *views(self.arena, column)) for column in laid[0]]
+        return [_planned(self.arena, column) for column in laid[0]]
 
     def read(self, groups: Iterable[int] | None) -> Read:
         """The columns' values of the keys some env has, as fresh arrays.
@@ -98,15 +113,18 @@ class InfoColumns:
             ``({key: (values, mask)}, {key: python}, {key: [(env, value), ...]})``: the
             third holds keys whose columns differ between groups in type, as values.
         """
-        if groups is None and self._plan is not None:
-            return _copy_out(self._plan, self._absent)
+        plan = self._plan
+        if groups is None and plan is not None:
+            flat = _copy_out(plan, self._absent)
+            had = [(c.key, mask_key, c.python) for c, mask_key, _, _ in plan if c.key in flat]
+            return {k: (flat[k], flat[m]) for k, m, _ in had}, {k: p for k, _, p in had}, {}
         columns: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         python: dict[str, bool] = {}
         chosen = range(self.layout.n_groups) if groups is None else groups
         parts: dict[str, list[tuple[int, Column, np.ndarray, np.ndarray]]] = {}
         starts, plans, absent = self.layout.starts, self._group_plans, self._group_absent
         for g in chosen:
-            for column, values, mask in plans[g]:
+            for column, _, values, mask in plans[g]:
                 if mask.tobytes() != absent[g]:  # mask.any(), in a tenth of the time
                     parts.setdefault(column.key, []).append((starts[g], column, values, mask))
         n = self.layout.num_envs
@@ -131,21 +149,21 @@ class InfoColumns:
             python[key] = column.python
         return columns, python, mixed
 
-    def read_group(self, g: int) -> Read:
-        """As :meth:`read`, for group ``g`` alone: arrays with a row per env of ``g``."""
-        return _copy_out(self._group_plans[g], self._group_absent[g])
+
+def _planned(rows: np.ndarray, column: Column) -> Planned:
+    return (column, f"_{column.key}", *views(rows, column))
 
 
-def _copy_out(plan: list[tuple[Column, np.ndarray, np.ndarray]], absent: bytes) -> Read:
-    """Fresh copies of the planned columns that some row has (``absent``: no row's)."""
-    columns: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    python: dict[str, bool] = {}
-    for column, values, mask in plan:
+def _copy_out(plan: list[Planned], absent: bytes) -> dict[str, Any]:
+    """The vector info dict of the planned columns that some row has (``absent``: the
+    bytes of a mask no row has): fresh copies of each key's values and mask."""
+    infos: dict[str, Any] = {}
+    for column, mask_key, values, mask in plan:
         m = mask.copy()
         if m.tobytes() != absent:  # m.any(), in a tenth of the time
-            columns[column.key] = (values.copy(), m)
-            python[column.key] = column.python
-    return columns, python, {}
+            infos[column.key] = values.copy()
+            infos[mask_key] = m
+    return infos
 
 
 def merge(read: Read, pairs: Pairs, n: int, add_info: AddInfo) -> dict[str, Any]:

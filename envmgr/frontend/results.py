@@ -84,7 +84,9 @@ class BatchReader:
             obs = views.copy()
         else:
             obs = tree_map(np.ndarray.copy, views)
-        infos = self._column_infos(None)
+        infos = self.columns.batch()
+        if infos is None:
+            infos = self._column_infos(None)
         return obs, b.rewards.copy(), b.terminations.copy(), b.truncations.copy(), infos
 
     def read_groups(
@@ -106,10 +108,8 @@ class BatchReader:
             )
             rewards, terms = b.rewards[rows].copy(), b.terminations[rows].copy()
             truncs = b.truncations[rows].copy()
-            # The group's own rows of each column, no batch-wide arrays to cut down (with
-            # no pickled values, merge never calls add_info, whose num_envs is the batch's).
-            columns = self.columns
-            infos = merge(columns.read_group(g), (), len(ids), self.add_info) if columns.any else {}
+            # The group's own rows of each column: no batch-wide arrays to cut down.
+            infos = self.columns.group_batch(g)
             return obs, rewards, terms, truncs, infos, ids
         ids = np.concatenate([self._rows[g][1] for g in sorted(groups)])
         obs = tree_map(lambda a: a[ids], self.views)  # fancy indexing copies
