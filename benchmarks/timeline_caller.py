@@ -60,7 +60,7 @@ from timeline import Notes, _wrap, parser  # noqa: E402
 from timing import sample_actions  # noqa: E402
 
 from envmgr import SubprocessEnvManager  # noqa: E402
-from envmgr.backends.local import doorbell, worker, worker_doorbell  # noqa: E402
+from envmgr.backends.local import caller_group, doorbell, worker, worker_doorbell  # noqa: E402
 from envmgr.envside import serve, single_group  # noqa: E402
 
 _clock = time.perf_counter
@@ -118,9 +118,10 @@ def instrument(notes: Notes) -> None:
         return done
 
     _wrap(single_group.SingleEnvGroup, "step", group_step)
-    # serve() (the caller's path) and the worker's loop each call serve_step by name.
+    # The caller group's step and the worker's loop each call serve_step by name.
     _wrap(serve, "serve_step", marked("served"))
     worker.serve_step = serve.serve_step  # type: ignore[attr-defined]
+    caller_group.serve_step = serve.serve_step  # type: ignore[attr-defined]
     _wrap(doorbell.ParentDoorbell, "announce", announce)
     _wrap(doorbell.ParentDoorbell, "wait_all", marked("woke"))
     _wrap(worker_doorbell.WorkerDoorbell, "step_done", step_done)

@@ -78,15 +78,20 @@ class InfoWriter:
         self._pickled: set[str] = set(ALWAYS_PICKLED)
         self._next = HEADER_BYTES
         self._block: _Block | None = None  # the slots as one record (rebuilt as they change)
+        # The block while every slot's mask is all set (the last batch was uniform): the
+        # next uniform batch then writes its values and nothing else (cleared by whatever
+        # may unset a mask byte or change the slots).
+        self._full_block: _Block | None = None
         # A random base: a replacement group never repeats a version its
         # predecessor's parent acknowledged.
         self.version = int.from_bytes(os.urandom(5), "little") + 1
-        self._ack = ack_word(arena, 0)
+        # A memoryview: reading it gives a Python int, compared without a numpy scalar.
+        self._ack = memoryview(ack_word(arena, 0))  # type: ignore[arg-type]
 
     @property
     def unacked(self) -> bool:
         """The parent does not read with the current layout yet: send it."""
-        return bool(self._ack[0] != self.version)
+        return self._ack[0] != self.version  # type: ignore[no-any-return]
 
     def schema(self) -> Schema:
         """The current layout, for an answer."""
@@ -94,6 +99,9 @@ class InfoWriter:
 
     def split(self, infos: Infos) -> Infos:
         """Write what columns hold for this batch; return the pairs left to pickle."""
+        block = self._full_block
+        if block is not None and len(infos) == self.n and block.write(infos):
+            return []  # the usual step after the first: as _write_uniform, in one call
         if not infos and not any(s.dirty for s in self._slots.values()):
             return infos
         while True:
@@ -103,6 +111,7 @@ class InfoWriter:
                 continue  # the layout changed (and terminates: keys are finite)
 
     def _write(self, infos: Infos) -> Infos:
+        self._full_block = None  # set again below if the batch is uniform
         if len(infos) == self.n and self._write_uniform(infos):
             return []
         slots, pickled = self._slots, self._pickled
@@ -166,11 +175,13 @@ class InfoWriter:
             if not slot.full:
                 slot.mask[:] = True
                 slot.dirty = slot.full = True
+        self._full_block = self._block
         return True
 
     def split_vector(self, infos: dict[str, Any]) -> Infos:
         """:meth:`split` for a hosted VectorEnv's vector info dict: its numeric arrays
         (with their ``_key`` masks) are the columns, one copy each."""
+        self._full_block = None  # the masks are the env's own here
         slots, pickled, n = self._slots, self._pickled, self.n
         left: dict[str, Any] = {}
         written = set()
@@ -224,6 +235,7 @@ class InfoWriter:
         column = Column(key, dtype.str, shape, offset, offset + size, python)
         self._slots[key] = _Slot(column, kind, self.arena)
         self._block = _Block.of(self._slots, self.arena)
+        self._full_block = None
         self._next = offset + size + 1
         self.version += 1
         return True
@@ -232,6 +244,7 @@ class InfoWriter:
         """``key`` pickles from now on; its column's bytes stay unused."""
         slot = self._slots.pop(key)
         self._block = _Block.of(self._slots, self.arena)
+        self._full_block = None
         slot.values[:] = 0
         slot.mask[:] = False
         self._pickled.add(key)

@@ -38,7 +38,7 @@ from envmgr.backends.base import Lost, Waited, group_shares
 from envmgr.backends.local.process import ProcessBackend
 from envmgr.envside.build import build_group
 from envmgr.envside.group import BuildFailed, EnvGroup, GroupSpec
-from envmgr.envside.serve import serve
+from envmgr.envside.serve import serve, serve_step
 from envmgr.errors import add_note
 from envmgr.protocol.layout import Layout
 from envmgr.protocol.messages import Call, Command, Ready, Step
@@ -194,6 +194,9 @@ class CallerBackend:
         if cmd is None:  # its answer was taken by a wait that raised: nothing is owed
             return None, None
         try:
+            if type(cmd) is Step:  # the batch step: serve()'s dispatch, skipped
+                step = (group, cmd.seq, cmd.ship_timers, cmd.actions)
+                return timers.run_in_stack(self._stack, serve_step, *step), None
             return timers.run_in_stack(self._stack, serve, group, cmd), None
         except Exception as exc:
             env = group.current_env
