@@ -10,12 +10,22 @@ in the user's script. A forkserver or spawn worker and a Ray actor never run tha
 So the parent sends the entries of its registry that gymnasium does not make itself, and a
 group adds those its own registry lacks before it builds its envs::
 
-    parent: registrations() -> cloudpickled EnvSpecs (about 2 ms and 46 kB with ALE's 352)
-    group:  install(blob)   -> gym.registry.setdefault(id, spec) for each
+    parent: registrations() -> cloudpickled (packages, EnvSpecs): ~2 ms, 46 kB with ALE's 352
+    group:  install(blob)   -> import the packages, then gym.registry.setdefault(id, spec)
+
+*Packages* are the top-level packages of the entries' entry points that the parent has
+imported. Some register their ids when imported (``ale_py`` does, in its ``__init__``);
+imported after the entries were installed, when the factory's ``gym.make`` loads the
+entry point, each of their registrations met an entry of ours and gymnasium warned once
+per id: 700 lines per worker for ALE. Imported first, they register their own entries
+and ``setdefault`` leaves them be. The parent has imported them already, so a worker
+imports nothing the parent did not.
 """
 
 from __future__ import annotations
 
+import importlib
+import sys
 from typing import Any
 
 import cloudpickle
@@ -40,21 +50,43 @@ def _pickles(spec: EnvSpec) -> bool:
     return True
 
 
+def _package(entry: Any) -> str | None:
+    """The top-level package an entry point (``"pkg.mod:attr"`` or a callable) lives in."""
+    if entry is None:
+        return None
+    module = entry if isinstance(entry, str) else getattr(entry, "__module__", None)
+    if not isinstance(module, str):
+        return None
+    return module.split(":")[0].split(".")[0] or None
+
+
 def registrations() -> bytes:
-    """This process's registry entries that gymnasium does not make, cloudpickled; an
-    entry that does not pickle is left out (a factory naming it fails as it did before)."""
+    """This process's registry entries that gymnasium does not make, with the imported
+    packages they come from, cloudpickled; an entry that does not pickle is left out (a
+    factory naming it fails as it did before)."""
     specs = tuple(s for s in gym.registry.values() if not _gymnasium_own(s))
     if not specs:
         return b""
+    entries = [e for s in specs for e in (s.entry_point, s.vector_entry_point)]
+    named = {_package(e) for e in entries} - {None, "__main__"}
+    packages = sorted(p for p in named if p in sys.modules)
     try:
-        return cloudpickle.dumps(specs)  # type: ignore[no-any-return]
+        return cloudpickle.dumps((packages, specs))  # type: ignore[no-any-return]
     except Exception:
-        return cloudpickle.dumps(tuple(s for s in specs if _pickles(s)))  # type: ignore[no-any-return]
+        kept = tuple(s for s in specs if _pickles(s))
+        return cloudpickle.dumps((packages, kept))  # type: ignore[no-any-return]
 
 
 def install(blob: bytes) -> None:
-    """Register each spec of ``blob`` (from :func:`registrations`) whose id is not registered
-    here; ids this process has keep their own spec."""
-    if blob:
-        for spec in cloudpickle.loads(blob):
-            gym.registry.setdefault(spec.id, spec)
+    """Import the packages of ``blob`` (from :func:`registrations`), then register each of
+    its specs whose id is not registered here; ids this process has keep their own spec."""
+    if not blob:
+        return
+    packages, specs = cloudpickle.loads(blob)
+    for name in packages:
+        try:
+            importlib.import_module(name)
+        except Exception:
+            pass  # not importable here (another Ray node): the spec alone still names the env
+    for spec in specs:
+        gym.registry.setdefault(spec.id, spec)
