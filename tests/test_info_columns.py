@@ -172,6 +172,62 @@ def test_hosted_vector_env_infos_match_a_flat_sync_vector_env(mode: AutoresetMod
     assert any(r[-1]["even"].dtype == np.bool_ for r in expected[1:] if "even" in r[-1])
 
 
+def _with_masks(infos: dict[str, Any]) -> dict[str, Any]:
+    """A vector info dict whose keys have no ``_key`` masks, with an all-set one each."""
+    out: dict[str, Any] = {}
+    for key, value in infos.items():
+        out[key] = value
+        out.setdefault(f"_{key}", np.ones(len(value), np.bool_))
+    return out
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_hosted_ale_vector_env_keeps_its_infos(workers: int) -> None:
+    """ale-py's own batched Atari env (``vectorization_mode="vector_entry_point"``) gives
+    its infos (``lives``, ``frame_number``, ...) as arrays without ``_key`` masks; the
+    hosted path dropped every one of them. Hosted in envmgr, each group's batch equals
+    the same env run alone (seeded as envmgr seeds the group), infos with a mask of all
+    envs added, concatenated in env order."""
+    ale_py = pytest.importorskip("ale_py")
+    gym.register_envs(ale_py)
+    n, per = 4, 4 // workers
+    steps = 25
+
+    def native(k: int) -> Any:
+        return gym.make_vec("ALE/Pong-v5", num_envs=k, vectorization_mode="vector_entry_point")
+
+    alone = [native(per) for _ in range(workers)]
+    actions = [np.random.default_rng(t).integers(0, 6, n) for t in range(steps)]
+    try:
+        parts = [[env.reset(seed=7 + g * per)] for g, env in enumerate(alone)]
+        for a in actions:
+            for g, env in enumerate(alone):
+                parts[g].append(env.step(a[g * per : (g + 1) * per]))
+    finally:
+        for env in alone:
+            env.close()
+    with envmgr_make_vec(n, workers) as envs:
+        got = [envs.reset(seed=7)] + [envs.step(a) for a in actions]
+    for t, result in enumerate(got):
+        rows = [p[t] for p in parts]
+        for j in range(len(result) - 1):  # observations, rewards, terminations, truncations
+            alone_j = np.concatenate([r[j] for r in rows])
+            if j == 1:  # ale-py's rewards are int32; a batch's rewards are float64, as Sync's
+                alone_j = alone_j.astype(np.float64)
+            assert_same(result[j], alone_j, path=f"{t}[{j}]")
+        infos = [_with_masks(r[-1]) for r in rows]
+        want = {k: np.concatenate([i[k] for i in infos]) for k in infos[0]}
+        assert_same(result[-1], want, path=f"{t} infos")
+    assert {"lives", "frame_number", "_lives"} <= got[-1][-1].keys()
+
+
+def envmgr_make_vec(n: int, workers: int) -> Any:
+    from envmgr import make
+
+    mode = "vector_entry_point"
+    return make("ALE/Pong-v5", num_envs=n, n_workers=workers, vectorization_mode=mode)
+
+
 def _rows_of(infos: dict[str, Any], ids: np.ndarray) -> dict[str, Any]:
     """A vector info dict cut down to envs ``ids``: the keys one of them has."""
     out: dict[str, Any] = {}
@@ -300,6 +356,48 @@ def test_a_row_too_full_for_a_key_pickles_it() -> None:
     left = writer.split([(0, {"big": big, "small": small}), (1, {"small": small})])
     assert [(i, sorted(d)) for i, d in left] == [(0, ["big"])]
     assert [c.key for c in writer.schema().columns] == ["small"]
+
+
+def test_vector_infos_without_masks_belong_to_every_env() -> None:
+    """A hosted VectorEnv's key without its ``_key`` mask (ale-py, EnvPool) is every env's,
+    in shared memory and pickled alike: a numeric array with a row per env takes a
+    column with every mask byte set, any other array is split by rows, a nested dict
+    recursed, and a value with no row per env is the same for each env. A masked key
+    beside them is read as before."""
+    from envmgr.protocol.trees import unbatch_infos
+
+    lives = np.array([3, 2, 1], np.int32)
+    names = np.array(["a", "b", "c"], dtype=object)
+    infos = {
+        "lives": lives,
+        "names": names,
+        "players": {"id": np.array([0.5, 1.5, 2.5])},
+        "level": "one",
+        "hit": np.array([1.0, 0.0, 2.0]),
+        "_hit": np.array([True, False, True]),
+    }
+    arena = np.zeros((3, ROW_BYTES), dtype=np.uint8)
+    writer = InfoWriter(arena)
+    left = writer.split_vector(infos)
+    assert [c.key for c in writer.schema().columns] == ["lives", "hit"]
+    assert _read_back(arena, writer) == {
+        "lives": ([3, 2, 1], [True] * 3),
+        "hit": ([1.0, 0.0, 2.0], [True, False, True]),
+    }
+    expected = [
+        (i, {"names": names[i], "players": {"id": [0.5, 1.5, 2.5][i]}, "level": "one"})
+        for i in range(3)
+    ]
+    assert left == expected
+    # Without shared memory (no writer), every key is split per env the same way.
+    pickled = unbatch_infos(infos, 3)
+    assert [sorted(d) for d in pickled] == [
+        ["hit", "level", "lives", "names", "players"],
+        ["level", "lives", "names", "players"],
+        ["hit", "level", "lives", "names", "players"],
+    ]
+    assert [d["lives"] for d in pickled] == [3, 2, 1]
+    assert [d["players"] for d in pickled] == [{"id": 0.5}, {"id": 1.5}, {"id": 2.5}]
 
 
 def _read_back(arena: np.ndarray, writer: InfoWriter) -> dict[str, tuple[list[Any], list[bool]]]:

@@ -28,7 +28,7 @@ from envmgr.protocol.info_columns import (
     column_kind,
     views,
 )
-from envmgr.protocol.trees import unbatch_infos
+from envmgr.protocol.trees import has_rows, unbatch_infos
 
 __all__ = ["InfoWriter"]
 
@@ -73,6 +73,7 @@ class InfoWriter:
     def __init__(self, arena: np.ndarray) -> None:
         self.arena = arena
         self.n = arena.shape[0]
+        self._every_env = np.ones(self.n, np.bool_)  # the mask of a key given without one
         arena[:] = 0  # a replacement may inherit its predecessor's rows
         self._slots: dict[str, _Slot] = {}
         self._pickled: set[str] = set(ALWAYS_PICKLED)
@@ -186,9 +187,17 @@ class InfoWriter:
         left: dict[str, Any] = {}
         written = set()
         for key, value in infos.items():
+            if key.startswith("_") and key[1:] in infos:
+                continue  # a mask, read with its key
             mask = infos.get(f"_{key}")
-            if mask is None or key.startswith("_") and key[1:] in infos:
-                continue
+            if mask is None:
+                # No "_key" mask (ale-py's AtariVectorEnv, EnvPool): every env has the
+                # key, and the batch's infos carry it with a mask of all envs, as
+                # Gymnasium's own vector envs give every key one.
+                if not has_rows(value, n):
+                    left[key] = value  # split per env as it is (unbatch_infos)
+                    continue
+                mask = self._every_env
             slot = slots.get(key)
             numeric = (
                 type(value) is np.ndarray

@@ -21,6 +21,7 @@ __all__ = [
     "concat_batches",
     "take_rows",
     "unbatch_infos",
+    "has_rows",
     "rows_of_info",
 ]
 
@@ -105,25 +106,37 @@ def take_rows(space: gym.Space[Any], batch: Any, rows: np.ndarray | slice) -> An
 
 
 def unbatch_infos(infos: dict[str, Any], n: int) -> list[dict[str, Any]]:
-    """Split a Gymnasium vector info dict back into one info dict per env."""
+    """Split a Gymnasium vector info dict back into one info dict per env.
+
+    A key without its ``_key`` mask (ale-py's ``AtariVectorEnv`` and EnvPool give none)
+    belongs to every env: an array with a row per env is split by rows, a nested dict
+    recursed, and any other value is the same for each env.
+    """
     out: list[dict[str, Any]] = [{} for _ in range(n)]
     for key, value in infos.items():
         if key.startswith("_") and key[1:] in infos:
             continue
         mask = infos.get(f"_{key}")
-        if mask is None:
-            continue
         if isinstance(value, dict):
-            sub = unbatch_infos(value, n)
+            sub: Any = unbatch_infos(value, n)
+            if mask is None:
+                mask = [bool(d) for d in sub]
+        elif mask is None and not has_rows(value, n):
+            sub = [value] * n
         elif isinstance(value, np.ndarray) and value.dtype == np.bool_ and value.ndim == 1:
             # Only Python bools make a bool array (``_add_info`` stores np.bool_ as an
             # object): give them back as such, or merging them again makes an object array.
             sub = value.tolist()
         else:
             sub = value
-        for i in np.flatnonzero(mask):
+        for i in range(n) if mask is None else np.flatnonzero(mask):
             out[i][key] = sub[i]
     return out
+
+
+def has_rows(value: Any, n: int) -> bool:
+    """Whether ``value`` is an array with a row for each of ``n`` envs."""
+    return isinstance(value, np.ndarray) and value.ndim > 0 and value.shape[0] == n
 
 
 def rows_of_info(infos: dict[str, Any], rows: np.ndarray) -> dict[str, Any]:
