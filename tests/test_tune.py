@@ -159,6 +159,23 @@ def test_a_vector_entry_point_that_cannot_be_built_leaves_the_hosted_layouts_out
     )
 
 
+def test_a_vector_entry_point_of_other_envs_leaves_the_hosted_layouts_out() -> None:
+    """ALE's vector entry point steps stacked 84x84 grey frames, its ``ALE/Pong-v5`` RGB
+    screens: faster, but not the env asked for, so never a layout to pick. The id is
+    given as gym.make takes it, and the call to copy keeps the package that registers it."""
+    pytest.importorskip("ale_py")
+    result = tune("ale_py:ALE/Pong-v5", num_envs=2, seconds=1.0, rounds=1)
+    assert result.vector_ceiling is None
+    assert [m.layout for m in result.measurements] == candidate_layouts(2, usable_cores(), False)
+    assert result.skipped == [
+        "hosted layouts (the vector entry point's observation space is "
+        "Box(0, 255, (4, 84, 84), uint8), the env's Box(0, 255, (210, 160, 3), uint8))"
+    ]
+    assert result.best.call.startswith('envmgr.make("ale_py:ALE/Pong-v5", num_envs=2'), result.best
+    with eval(result.best.call, {"envmgr": envmgr}) as envs:  # noqa: S307 - our own output
+        assert envs.single_observation_space.shape == (210, 160, 3)
+
+
 def test_the_runner_records_the_info_keys_a_step_returns() -> None:
     spec = gym.spec("CartPole-v1")
     runner = LayoutRunner(Layout(1, default=True), spec, 2, {})
@@ -249,6 +266,21 @@ def test_cli_unknown_env_is_a_usage_error() -> None:
     assert proc.returncode == 2
     assert proc.stdout == ""
     assert proc.stderr.startswith("envmgr tune: error: NoSuchEnv-v0: "), proc.stderr
+    assert len(proc.stderr.splitlines()) == 1
+
+
+def test_cli_unknown_namespace_says_how_to_name_its_package() -> None:
+    """Gymnasium 1.x knows ``ALE/...`` only once ale_py is imported: the usage error
+    gives the form that imports it."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "envmgr", "tune", "ALE/NoSuchGame-v5"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("envmgr tune: error: ALE/NoSuchGame-v5: "), proc.stderr
+    assert "envmgr tune ale_py:ALE/NoSuchGame-v5" in proc.stderr, proc.stderr
     assert len(proc.stderr.splitlines()) == 1
 
 

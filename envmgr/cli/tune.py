@@ -26,6 +26,14 @@ def _tune(args: argparse.Namespace) -> int:
 
     try:
         _resolve_spec(args.env_id)  # an unknown id is a usage error, found before any process
+    except gym.error.NamespaceNotFound as exc:
+        # Gymnasium 1.x: a namespace exists once its package is imported (ale_py for ALE);
+        # gym.make's "package:id" form imports it, and so does envmgr's.
+        package = "ale_py" if args.env_id.startswith("ALE/") else "<package>"
+        raise BadUsage(
+            f"{args.env_id}: {one_line(exc)} Name the package that registers it, as "
+            f"gym.make takes it: envmgr tune {package}:{args.env_id}"
+        ) from None
     except (gym.error.Error, ImportError, AttributeError, ValueError) as exc:
         raise BadUsage(f"{args.env_id}: {one_line(exc)}") from None
     try:

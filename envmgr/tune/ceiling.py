@@ -101,6 +101,10 @@ class _SingleBlock:
         self.k = k
         return steps, now - t0
 
+    def spaces(self) -> tuple[Any, Any]:
+        """One env's observation and action spaces."""
+        return self.envs[0].observation_space, self.envs[0].action_space
+
     def close(self) -> None:
         for env in self.envs:
             env.close()
@@ -121,6 +125,10 @@ class _VectorBlock:
         batches, elapsed = run_for(self.env.step, self.actions, self.k, seconds)
         self.k += batches
         return batches * self.n, elapsed
+
+    def spaces(self) -> tuple[Any, Any]:
+        """One env's observation and action spaces."""
+        return self.env.single_observation_space, self.env.single_action_space
 
     def close(self) -> None:
         self.env.close()
@@ -274,6 +282,11 @@ class Ceiling:
         self.processes = BlockProcesses(
             ctx, [partial(block, factory, n, s) for n, s in zip(self.sizes, starts, strict=True)]
         )
+
+    def spaces(self) -> tuple[Any, Any]:
+        """One env's observation and action spaces."""
+        self.processes.post("spaces")
+        return self.processes.gather(START_TIMEOUT, "say its spaces")[0]  # type: ignore[no-any-return]
 
     def run(self, seconds: float) -> float:
         """Every process steps for ``seconds`` at once; returns the sum of their env-steps/s."""

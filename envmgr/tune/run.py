@@ -94,7 +94,10 @@ def tune(
     kwargs = dict(env_kwargs or {})
     _check_env_kwargs(spec, kwargs)  # a manager option among them fails here, not in a process
     cores = usable_cores()
-    run = _Run(spec, num_envs, kwargs, log or (lambda line: None))
+    # The id as given ("ale_py:ALE/Pong-v5" imports what registers it) names it in the
+    # call printed to copy, which must work in a fresh script too.
+    name = env_id if isinstance(env_id, str) else spec.id
+    run = _Run(spec, name, num_envs, kwargs, log or (lambda line: None))
     try:
         sizes = Split.split(num_envs, max(1, min(num_envs, cores))).sizes
         hosted = run.start_ceilings(sizes, spec.vector_entry_point is not None)
@@ -108,17 +111,27 @@ def tune(
     return run.result(cores, rounds, sample, tree)
 
 
+def _differ(single: tuple[Any, Any], batched: tuple[Any, Any]) -> str | None:
+    """Why the vector entry point's envs are not the id's single envs, or ``None``."""
+    for kind, one, other in zip(("observation", "action"), single, batched, strict=True):
+        if one != other:
+            return f"the vector entry point's {kind} space is {other}, the env's {one}"
+    return None
+
+
 class _Run:
     """The processes of one tuning run: the ceilings, the layouts, their rates per round."""
 
     def __init__(
         self,
         spec: EnvSpec,
+        name: str,
         num_envs: int,
         env_kwargs: dict[str, Any],
         say: Callable[[str], None],
     ) -> None:
-        self.spec, self.num_envs, self.env_kwargs, self.say = spec, num_envs, env_kwargs, say
+        self.spec, self.name, self.num_envs = spec, name, num_envs
+        self.env_kwargs, self.say = env_kwargs, say
         self.ceilings: list[Ceiling] = []
         self.runners: list[LayoutRunner] = []
         self.rates: dict[object, list[float]] = {}
@@ -137,8 +150,15 @@ class _Run:
         factory = _SpecVectorEnvFactory(spec, "vector_entry_point", kwargs, ())
         try:
             self.ceilings.append(Ceiling(ctx, factory, sizes, True))
+            why = _differ(self.ceilings[0].spaces(), self.ceilings[1].spaces())
         except TuneError as exc:
-            self.skipped.append(f"hosted layouts ({exc})")
+            why = str(exc)
+        if why is not None:
+            # Such a layout would be faster at stepping other envs than the ones asked for:
+            # ALE's vector entry point gives stacked 84x84 grey frames, its single env RGB.
+            if len(self.ceilings) > 1:
+                self.ceilings.pop().close()
+            self.skipped.append(f"hosted layouts ({why})")
             self.say(f"not measuring {self.skipped[-1]}")
             return False
         return True
@@ -188,7 +208,7 @@ class _Run:
         ceiling = self.rates[self.ceilings[0]]
         vector = self.rates[self.ceilings[1]] if len(self.ceilings) > 1 else None
         nodes = tree.get("children") or {}
-        env_id, n = self.spec.id, self.num_envs
+        env_id, n = self.name, self.num_envs
         measurements = []
         for runner in self.runners:
             layout = runner.layout
