@@ -10,7 +10,8 @@ A *block* is what one process steps:
 
 * ``("serial", name)``: :class:`SerialLoop` over single envs from ``envs.FACTORIES[name]``;
 * ``("vector", env_id)``: an in-process batched env,
-  ``gymnasium.make_vec(env_id, n, vectorization_mode="vector_entry_point")``.
+  ``gymnasium.make_vec(env_id, n, vectorization_mode="vector_entry_point")``, or
+  ``envs.VECTOR_FACTORIES[name](n)`` for a name found there.
 
 The processes are started with ``spawn`` (no fork of a threaded parent, same on every
 platform) and kept alive between samples, so the ceiling takes part in the harness's
@@ -103,6 +104,9 @@ def block_maker(kind: str, name: str) -> Callable[[int], Any]:
     if kind == "serial":
         return partial(SerialLoop, bench_envs.FACTORIES[name])
     if kind == "vector":
+        own = bench_envs.VECTOR_FACTORIES.get(name)
+        if own is not None:
+            return own
         return partial(gym.make_vec, name, vectorization_mode="vector_entry_point")
     raise ValueError(f"unknown block kind {kind!r}; expected 'serial' or 'vector'")
 

@@ -44,6 +44,7 @@ __all__ = [
     "StragglerEnv",
     "make_cartpole",
     "FACTORIES",
+    "VECTOR_FACTORIES",
     "ENV_IDS",
     "busy_work",
     "make_picklable",
@@ -237,6 +238,10 @@ FACTORIES: dict[str, Callable[[], gym.Env]] = {
     "image": make_image,
     "straggler": make_straggler,
 }
+
+#: Short benchmark name -> ``n -> VectorEnv``: a batched env of its own (filled at import by
+#: ``realenv_peers``, as it adds its real envs to :data:`FACTORIES`).
+VECTOR_FACTORIES: dict[str, Callable[[int], gym.vector.VectorEnv]] = {}
 
 #: Gymnasium ids registered by :func:`register` (CartPole keeps its own id).
 ENV_IDS = {

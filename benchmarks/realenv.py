@@ -67,6 +67,8 @@ from realenv_peers import (  # noqa: E402
     ALL_IMPLS,
     ENVMGR_LAYOUTS,
     ENVPOOL_IDS,
+    KNOWN_IMPLS,
+    OWN_TIMING,
     build,
     skip_reason,
 )
@@ -103,7 +105,7 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     actions = sample_actions(env, n, 1000 + n)
     vec = build(impl, env, n, spec["workers"], actions)
     try:
-        own = impl in ("ceiling", "lockstep")  # they reset their own envs and time themselves
+        own = impl in OWN_TIMING  # they reset their own envs and time themselves
         runner = vec if own else Runner(impl, vec, actions)
         if not own:
             vec.reset(seed=0)
@@ -156,7 +158,7 @@ def summarize(config: dict[str, Any]) -> None:
     }
     ratios = {}
     for impl in samples:
-        for base in ("ceiling", "serial"):
+        for base in ("ceiling", "serial", "ale-vector-ceiling"):
             r = per_round_ratios(samples, impl, base)
             if r is not None and r["per_round"] and impl != base:
                 ratios[f"{impl}/{base}"] = r
@@ -190,7 +192,7 @@ def run(args: argparse.Namespace, save: Callable[[dict[str, Any]], None]) -> dic
         for c in configs:
             for impl in rotated(list(args.impls), r):
                 done += 1
-                reason = skip_reason(impl, c["n_envs"], args.workers)
+                reason = skip_reason(impl, c["n_envs"], args.workers, c["env"])
                 if reason is not None:
                     c["skipped"][impl] = reason
                     continue
@@ -288,8 +290,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         if e not in ALL_ENVS:
             p.error(f"unknown env {e!r}; choose from {','.join(ALL_ENVS)}")
     for i in args.impls:
-        if i not in ALL_IMPLS:
-            p.error(f"unknown implementation {i!r}; choose from {','.join(ALL_IMPLS)}")
+        if i not in KNOWN_IMPLS:
+            p.error(f"unknown implementation {i!r}; choose from {','.join(KNOWN_IMPLS)}")
     if args.workers < 1 or any(n < 1 for n in args.n_envs):
         p.error("--workers and every --n-envs must be positive")
     if args.seconds <= 0 or args.rounds < 1:

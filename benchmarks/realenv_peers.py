@@ -38,6 +38,17 @@ ALL_IMPLS = [
     "puffer-1",
     "envpool",
 ]
+#: ale-py's own batched Atari env, run only when asked for (``--impls``): the same Pong
+#: preprocessing done in C++, by itself and hosted in envmgr's workers (Pong only).
+ALE_VECTOR_IMPLS = [
+    "ale-vector-ceiling",
+    "ale-vector",
+    "envmgr-ale-vector",
+    "envmgr-ale-vector-caller",
+]
+KNOWN_IMPLS = ALL_IMPLS + ALE_VECTOR_IMPLS
+#: Implementations that time themselves (no reset or runner of the harness's).
+OWN_TIMING = {"ceiling", "lockstep", "ale-vector-ceiling"}
 ENVMGR_LAYOUTS = ["envmgr", "envmgr-firstready", "envmgr-caller"]
 LABELS = {
     "serial": "serial",
@@ -52,6 +63,10 @@ LABELS = {
     "puffer-2": "PufferLib MP 2w",
     "puffer-1": "PufferLib MP 1w",
     "envpool": "EnvPool (own C++ port)",
+    "ale-vector-ceiling": "ale-py vector: ceiling",
+    "ale-vector": "ale-py vector, 2 threads",
+    "envmgr-ale-vector": "envmgr hosting it",
+    "envmgr-ale-vector-caller": "envmgr hosting it, caller_envs",
 }
 #: EnvPool's own C++ ports of each env (not the same code as the Python envs).
 ENVPOOL_IDS = {"pong": "Pong-v5", "halfcheetah": "HalfCheetah-v4", "humanoid": "Humanoid-v4"}
@@ -77,6 +92,18 @@ def make_humanoid() -> gym.Env[Any, Any]:
     return gym.make("Humanoid-v5")
 
 
+def make_pong_vector(n: int, threads: int = 1) -> gym.vector.VectorEnv[Any, Any, Any]:
+    """ale-py's own batched Pong (``AtariVectorEnv``, ``ALE/Pong-v5``'s vector entry point):
+    ``pong``'s preprocessing (4-frame skip with max-pooling, 84x84 grey, 30 no-ops, 4 stacked)
+    done in C++ over ``threads`` threads; one per process wherever processes share the cores."""
+    import ale_py
+
+    gym.register_envs(ale_py)
+    return gym.make_vec(
+        "ALE/Pong-v5", num_envs=n, vectorization_mode="vector_entry_point", num_threads=threads
+    )
+
+
 REAL_FACTORIES: dict[str, Callable[[], gym.Env[Any, Any]]] = {
     "pong": make_pong,
     "halfcheetah": make_halfcheetah,
@@ -84,6 +111,7 @@ REAL_FACTORIES: dict[str, Callable[[], gym.Env[Any, Any]]] = {
 }
 # Added at import; the ceiling's processes get the factory itself (ceiling.block_maker).
 bench_envs.FACTORIES.update(REAL_FACTORIES)
+bench_envs.VECTOR_FACTORIES["pong"] = make_pong_vector
 # By value: forkserver and spawn workers need not find this file on their sys.path.
 
 try:
@@ -181,6 +209,8 @@ def build(impl: str, env: str, n: int, workers: int, actions: np.ndarray) -> Any
         return PufferMultiprocessing(factory, n, int(impl.split("-")[1]))
     if impl == "envpool":
         return EnvpoolPort(env, n, workers)
+    if impl in ALE_VECTOR_IMPLS:
+        return _ale_vector(impl, n, workers, actions)
     if impl == "doorbell":
         from floor import FloorPingPong
 
@@ -190,8 +220,34 @@ def build(impl: str, env: str, n: int, workers: int, actions: np.ndarray) -> Any
     return peers.build(impl, env, n, workers, actions)
 
 
-def skip_reason(impl: str, n: int, workers: int) -> str | None:
-    """``None`` if ``impl`` runs with ``n`` envs; else why it is skipped."""
+def _ale_vector(impl: str, n: int, workers: int, actions: np.ndarray) -> Any:
+    """One of :data:`ALE_VECTOR_IMPLS` over ``n`` Pong envs."""
+    from ceiling import Ceiling
+
+    from envmgr import SubprocessEnvManager
+
+    if impl == "ale-vector-ceiling":  # W processes, each its n / W envs on one thread
+        return Ceiling("vector", "pong", actions, workers)
+    if impl == "ale-vector":  # ale-py's own threads in this process, one per worker
+        return make_pong_vector(n, threads=workers)
+    caller = impl == "envmgr-ale-vector-caller"
+    return SubprocessEnvManager(
+        None,
+        workers - 1 if caller else workers,
+        vector_fn=make_pong_vector,
+        num_envs=n,
+        caller_envs=n // workers if caller else 0,
+    )
+
+
+def skip_reason(impl: str, n: int, workers: int, env: str = "pong") -> str | None:
+    """``None`` if ``impl`` runs with ``n`` envs of ``env``; else why it is skipped."""
+    if impl in ALE_VECTOR_IMPLS:
+        if env != "pong":
+            return "ale-py's batched env is Atari's"
+        if n % workers or (impl == "envmgr-ale-vector-caller" and workers < 2):
+            return f"needs n_envs a multiple of the {workers} workers (and 2 for caller_envs)"
+        return None
     if impl.startswith("puffer-") and n % int(impl.split("-")[1]):
         return f"n_envs={n} is not a multiple of PufferLib's workers"
     # peers' rules (n a multiple of the workers, enough envs for the ceiling) for its own

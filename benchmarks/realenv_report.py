@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from realenv_peers import ALL_IMPLS, ENVMGR_LAYOUTS, ENVPOOL_IDS, LABELS
+from realenv_peers import ENVMGR_LAYOUTS, ENVPOOL_IDS, KNOWN_IMPLS, LABELS
 
 
 def _ratio(x: float) -> str:
@@ -30,7 +30,7 @@ def _rate_spread(samples: list[dict[str, Any]] | None) -> str:
 def tables(report: dict[str, Any]) -> str:
     """The ratio table, the steps/s medians, the parent's CPU per batch, and what failed."""
     configs = report["configs"]
-    impls = [i for i in ALL_IMPLS if any(i in c["samples"] for c in configs)]
+    impls = [i for i in KNOWN_IMPLS if any(i in c["samples"] for c in configs)]
     a = report["args"]
     head = ["case", *[LABELS[i] for i in impls]]
     lines = [
@@ -95,7 +95,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     configs = report["configs"]
-    impls = [i for i in ALL_IMPLS if i != "ceiling" and any(i in c["samples"] for c in configs)]
+    impls = [i for i in KNOWN_IMPLS if i != "ceiling" and any(i in c["samples"] for c in configs)]
     fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(configs) + 3), 4.5))
     width = 0.8 / max(1, len(impls))
     for k, impl in enumerate(impls):

@@ -50,16 +50,16 @@ def _configs(report: dict[str, Any]) -> list[dict[str, Any]]:
     return sorted(report["configs"], key=lambda c: (order.index(c["env"]), c["n_envs"]))
 
 
-def _caption(report: dict[str, Any]) -> str:
+def _caption(report: dict[str, Any], path: Path = REALENV, cells: str = "") -> str:
     args = report.get("args", {})
     rounds = args.get("rounds", "?")
     seconds = args.get("seconds", "?")
     commit = report.get("machine", {}).get("git_commit", "?")
+    cells = cells or "each cell is the median ratio to the same round's ceiling"
     return (
-        f"*From `{rel(REALENV)}` (`{report['command']}`, envmgr @ {commit}, "
+        f"*From `{rel(path)}` (`{report['command']}`, envmgr @ {commit}, "
         f"{str(report.get('started', ''))[:10]}); {rounds} interleaved rounds x {seconds} s, "
-        "every measurement in a fresh interpreter; each cell is the median ratio to the same "
-        "round's ceiling, (min-max) over the rounds.*\n\n"
+        f"every measurement in a fresh interpreter; {cells}, (min-max) over the rounds.*\n\n"
     )
 
 
@@ -80,6 +80,50 @@ def realenv() -> str:
         )
     head = ["env", "serial steps/s", "ceiling steps/s", *(label for _, label in COLUMNS)]
     return _caption(report) + markdown(head, rows, "l" + "r" * (len(head) - 1))
+
+
+ALE_VECTOR = RESULTS / "realenv" / "ale_vector" / "realenv.json"
+
+
+@table("realenv-ale-vector")
+def realenv_ale_vector() -> str:
+    """Pong as Python envs and as ale-py's own batched env, each against its own ceiling."""
+    report = load_json(ALE_VECTOR)
+    rows = []
+    for c in _configs(report):
+        med = c["median_steps_per_second"]
+        rows.append(
+            [
+                f"Pong, n={c['n_envs']}",
+                fmt_rate(med.get("ceiling")),
+                _spread(c, "envmgr/ceiling"),
+                _spread(c, "envmgr-caller/ceiling"),
+                fmt_rate(med.get("ale-vector-ceiling")),
+                _spread(c, "ale-vector-ceiling/ceiling"),
+                _spread(c, "ale-vector/ale-vector-ceiling"),
+                _spread(c, "envmgr-ale-vector/ale-vector-ceiling"),
+                _spread(c, "envmgr-ale-vector-caller/ale-vector-ceiling"),
+                _spread(c, "envpool/ale-vector-ceiling"),
+            ]
+        )
+    head = [
+        "env",
+        "Python envs: ceiling steps/s",
+        "envmgr `step`",
+        "`caller_envs`",
+        "ale-py vector: ceiling steps/s",
+        "its ceiling / the Python one",
+        "ale-py vector alone, 2 threads",
+        "envmgr hosting it, 2 workers",
+        "hosting it, 1 worker + `caller_envs`",
+        "EnvPool (own C++ port), 2 threads",
+    ]
+    cells = (
+        "the envmgr `step` and `caller_envs` cells are ratios to the Python envs' ceiling, "
+        "the last four to the ale-py vector ceiling, each the median over rounds of the "
+        "ratio within a round"
+    )
+    return _caption(report, ALE_VECTOR, cells) + markdown(head, rows, "l" + "r" * (len(head) - 1))
 
 
 @table("realenv-peers")
