@@ -224,8 +224,12 @@ def realenv_targets() -> str:
     runs = realenv_runs()
     heads, columns = [], []
     for _, report in runs:
-        commit = report.get("machine", {}).get("git_commit", "?")
-        heads.append(f"{str(report.get('started', ''))[:16]} @ {commit}")
+        machine = report.get("machine", {})
+        commit = machine.get("git_commit", "?")
+        # The VM's CPU changes from one sitting to the next (the model's first word is enough
+        # to tell the hosts apart); the same code then reads differently.
+        cpu = str(machine.get("cpu_model") or "?").split()[0].replace("(R)", "")
+        heads.append(f"{str(report.get('started', ''))[:16]} @ {commit}, {cpu}")
         columns.append({(c["env"], c["n_envs"]): c for c in report["configs"]})
     rows = []
     for label, env, n, what, needs in TARGETS:
@@ -239,8 +243,11 @@ def realenv_targets() -> str:
             value, layout = got
             seen += 1
             met += value >= needs
-            # Two decimals, or three where rounding to two would flip the verdict (0.698).
-            digits = 2 if (round(value, 2) >= needs) == (value >= needs) else 3
+            # Two decimals, or as many more as it takes for the rounded value not to flip
+            # the verdict (0.698, 0.8997).
+            digits = 2
+            while (round(value, digits) >= needs) != (value >= needs) and digits < 6:
+                digits += 1
             text = f"{value:.{digits}f}" + ("x" if "/" in what else "")
             notes = [] if what in LAYOUTS else [SHORT[layout]]
             bound = config["ratios"].get(f"{BOUNDS[layout]}/ceiling") if "/" not in what else None
@@ -253,7 +260,7 @@ def realenv_targets() -> str:
     sources = ", ".join(f"`{rel(p)}`" for p, _ in runs)
     head = ["target (issue #21)", "needs", *heads, "met in"]
     return (
-        f"*From {sources}: one column per run (its start, UTC, and envmgr's commit); each "
+        f"*From {sources}: one column per run (its start, UTC, envmgr's commit and the VM's CPU); each "
         "cell is the run's median over its rounds, with the layout it came from and, for a ratio "
         "to the ceiling, the bound that layout's structure sets in the same run: the lock-step "
         "bound, or for the default `step` the sleeping-parent bound (two workers stepping on "
