@@ -260,11 +260,11 @@ def realenv_targets() -> str:
     sources = ", ".join(f"`{rel(p)}`" for p, _ in runs)
     head = ["target (issue #21)", "needs", *heads, "met in"]
     return (
-        f"*From {sources}: one column per run (its start, UTC, envmgr's commit and the VM's CPU); each "
-        "cell is the run's median over its rounds, with the layout it came from and, for a ratio "
-        "to the ceiling, the bound that layout's structure sets in the same run: the lock-step "
-        "bound, or for the default `step` the sleeping-parent bound (two workers stepping on "
-        "envmgr's doorbell and a parent asleep, nothing crossing).*\n\n"
+        f"*From {sources}: one column per run (its start, UTC, envmgr's commit and the VM's "
+        "CPU); each cell is the run's median over its rounds, with the layout it came from and,"
+        " for a ratio to the ceiling, the bound that layout's structure sets in the same run: "
+        "the lock-step bound, or for the default `step` the sleeping-parent bound (two workers "
+        "stepping on envmgr's doorbell and a parent asleep, nothing crossing).*\n\n"
         + markdown(head, rows, "ll" + "r" * (len(head) - 2))
     )
 
