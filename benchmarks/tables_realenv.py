@@ -6,6 +6,7 @@ Registered with ``doc_tables.table``; see that module for the markers and the ch
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -85,39 +86,43 @@ def realenv() -> str:
 ALE_VECTOR = RESULTS / "realenv" / "ale_vector" / "realenv.json"
 
 
+#: The ``realenv-ale-vector`` table's columns after the env's: head, and the cell of a config
+#: (a rate, or a ratio ``impl/base`` as its spread over rounds), kept side by side so a
+#: column's head cannot drift from its cells.
+ALE_VECTOR_COLUMNS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
+    (
+        "Python envs: ceiling steps/s",
+        lambda c: fmt_rate(c["median_steps_per_second"].get("ceiling")),
+    ),
+    ("envmgr `step`", lambda c: _spread(c, "envmgr/ceiling")),
+    ("`caller_envs`", lambda c: _spread(c, "envmgr-caller/ceiling")),
+    (
+        "ale-py vector: ceiling steps/s",
+        lambda c: fmt_rate(c["median_steps_per_second"].get("ale-vector-ceiling")),
+    ),
+    ("its ceiling / the Python one", lambda c: _spread(c, "ale-vector-ceiling/ceiling")),
+    ("ale-py vector alone, 2 threads", lambda c: _spread(c, "ale-vector/ale-vector-ceiling")),
+    (
+        "envmgr hosting it, 2 workers",
+        lambda c: _spread(c, "envmgr-ale-vector/ale-vector-ceiling"),
+    ),
+    (
+        "hosting it, 1 worker + `caller_envs`",
+        lambda c: _spread(c, "envmgr-ale-vector-caller/ale-vector-ceiling"),
+    ),
+    ("EnvPool (own C++ port), 2 threads", lambda c: _spread(c, "envpool/ale-vector-ceiling")),
+]
+
+
 @table("realenv-ale-vector")
 def realenv_ale_vector() -> str:
     """Pong as Python envs and as ale-py's own batched env, each against its own ceiling."""
     report = load_json(ALE_VECTOR)
-    rows = []
-    for c in _configs(report):
-        med = c["median_steps_per_second"]
-        rows.append(
-            [
-                f"Pong, n={c['n_envs']}",
-                fmt_rate(med.get("ceiling")),
-                _spread(c, "envmgr/ceiling"),
-                _spread(c, "envmgr-caller/ceiling"),
-                fmt_rate(med.get("ale-vector-ceiling")),
-                _spread(c, "ale-vector-ceiling/ceiling"),
-                _spread(c, "ale-vector/ale-vector-ceiling"),
-                _spread(c, "envmgr-ale-vector/ale-vector-ceiling"),
-                _spread(c, "envmgr-ale-vector-caller/ale-vector-ceiling"),
-                _spread(c, "envpool/ale-vector-ceiling"),
-            ]
-        )
-    head = [
-        "env",
-        "Python envs: ceiling steps/s",
-        "envmgr `step`",
-        "`caller_envs`",
-        "ale-py vector: ceiling steps/s",
-        "its ceiling / the Python one",
-        "ale-py vector alone, 2 threads",
-        "envmgr hosting it, 2 workers",
-        "hosting it, 1 worker + `caller_envs`",
-        "EnvPool (own C++ port), 2 threads",
+    rows = [
+        [f"Pong, n={c['n_envs']}", *(cell(c) for _, cell in ALE_VECTOR_COLUMNS)]
+        for c in _configs(report)
     ]
+    head = ["env", *(label for label, _ in ALE_VECTOR_COLUMNS)]
     cells = (
         "the envmgr `step` and `caller_envs` cells are ratios to the Python envs' ceiling, "
         "the last four to the ale-py vector ceiling, each the median over rounds of the "
