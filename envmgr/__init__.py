@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from envmgr import timers
+from envmgr.envside.agent_rows import AgentSpaceError
 from envmgr.errors import (
     AlreadyPendingCallError,
     BrokenManagerError,
@@ -26,8 +27,10 @@ from envmgr.errors import (
     WorkerFailure,
     WorkerTimeoutError,
 )
+from envmgr.frontend.agents import AgentGroupsVectorEnv, AgentVectorEnv
 from envmgr.managers.local import SubprocessEnvManager, default_start_method
 from envmgr.managers.make import make
+from envmgr.managers.parallel import make_parallel
 from envmgr.protocol.messages import StepResponse
 
 __version__ = "0.1.0"
@@ -36,6 +39,10 @@ __all__ = [
     "SubprocessEnvManager",
     "RayEnvManager",
     "make",
+    "make_parallel",
+    "AgentVectorEnv",
+    "AgentGroupsVectorEnv",
+    "AgentSpaceError",
     "StepResponse",
     "default_start_method",
     "timers",

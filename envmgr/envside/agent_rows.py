@@ -1,0 +1,638 @@
+"""PettingZoo ``ParallelEnv``s hosted as one ``gymnasium.vector.VectorEnv`` per worker.
+
+A multi-agent env becomes one env of the manager: its agent dicts are packed, per
+step, into fixed arrays with one row per *agent slot*, so they travel through the
+manager's shared memory like any Dict observation and nothing per agent is pickled::
+
+    ParallelEnv k: {agent: obs}, {agent: reward}, ...        (pettingzoo dicts)
+          |  ParallelEnvRows.step: slots by name, one numpy write per field and group
+          v
+    observation of env k = {group: {"obs":          [S_g, *agent obs shape]
+                                    "rewards":      [S_g] float64
+                                    "terminations": [S_g] int8
+                                    "truncations":  [S_g] int8
+                                    "active":       [S_g] int8}}
+          |  the manager's shared memory (a Dict observation, rows = envs)
+          v
+    frontend/agents.py: reshape (envs, S_g, ...) -> (envs * S_g, ...), one row per agent
+
+Numeric per-agent infos ride the info columns as ``[S_g]`` arrays per env beside a
+presence mask (:func:`info_key`); other infos pickle. The packing rules (slots, death,
+arrival, the end of an episode and the three autoreset modes) are those of
+``docs/guide/multi-agent.md``; :class:`AgentLayout` is what the parent and the workers
+agree on, built once from one env (:func:`describe_agents`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from time import perf_counter
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode
+from gymnasium.vector.utils import batch_space, create_empty_array
+
+from envmgr import timers
+from envmgr.protocol.info_columns import column_kind
+
+__all__ = [
+    "AgentGroup",
+    "AgentLayout",
+    "AgentSpaceError",
+    "ParallelEnvRows",
+    "ParallelRowsFactory",
+    "describe_agents",
+    "info_key",
+    "FIELDS",
+    "FINAL_KEY",
+]
+
+#: The per-slot fields of a group, beside its ``"obs"``.
+FIELDS = ("rewards", "terminations", "truncations", "active")
+#: The info key that carries, at an episode's end in same-step mode, the final rows.
+FINAL_KEY = "envmgr.agents.final"
+_EMPTY: dict[str, Any] = {}
+
+
+class AgentSpaceError(ValueError):
+    """An agent, its spaces or its values do not fit the layout of the env's slots."""
+
+
+def info_key(group: str, key: str) -> str:
+    """The vector info key of a group's per-agent info ``key`` (its presence: ``+ "@rows"``)."""
+    return f"envmgr.agents.{group}.{key}"
+
+
+@dataclass(frozen=True)
+class AgentGroup:
+    """Agents that share an observation and an action space, and so one batch.
+
+    Attributes:
+        name: The group's name (the agents' common prefix, or ``group<i>``).
+        slots: The slot labels: agent names, or ``slot_<i>`` for slots given on first sight.
+        observation_space: One agent's observation space.
+        action_space: One agent's action space.
+    """
+
+    name: str
+    slots: tuple[str, ...]
+    observation_space: gym.Space[Any]
+    action_space: gym.Space[Any]
+
+
+@dataclass(frozen=True)
+class AgentLayout:
+    """The groups and slots of a multi-agent env, the same for every env of a manager.
+
+    Attributes:
+        groups: The groups, in the order of their first agent.
+        dynamic: Slots are given to agents on first sight in each episode (an env
+            without ``possible_agents``); there is then one group.
+        padded: Observations smaller than the group's space are padded with zeros.
+    """
+
+    groups: tuple[AgentGroup, ...]
+    dynamic: bool = False
+    padded: bool = False
+    slot_of: dict[str, tuple[int, int]] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.dynamic:
+            for g, group in enumerate(self.groups):
+                for s, agent in enumerate(group.slots):
+                    self.slot_of[agent] = (g, s)
+
+    @property
+    def observation_space(self) -> gym.spaces.Dict:
+        """One env's observation: every group's obs and per-slot fields."""
+        return gym.spaces.Dict(
+            {
+                group.name: gym.spaces.Dict(
+                    {
+                        "obs": batch_space(group.observation_space, len(group.slots)),
+                        "rewards": gym.spaces.Box(-np.inf, np.inf, (len(group.slots),), np.float64),
+                        **{f: gym.spaces.MultiBinary(len(group.slots)) for f in FIELDS[1:]},
+                    }
+                )
+                for group in self.groups
+            }
+        )
+
+    @property
+    def action_space(self) -> gym.spaces.Dict:
+        """One env's actions: every group's slots."""
+        return gym.spaces.Dict(
+            {g.name: batch_space(g.action_space, len(g.slots)) for g in self.groups}
+        )
+
+
+def _group_name(agents: Sequence[str], used: set[str], index: int) -> str:
+    prefixes = {a.rsplit("_", 1)[0] if "_" in a else a for a in agents}
+    name = prefixes.pop() if len(prefixes) == 1 else ""
+    return name if name and name not in used else f"group{index}"
+
+
+def describe_agents(
+    env: Any,
+    *,
+    max_agents: int | None = None,
+    pad: bool = False,
+    observation_space: gym.Space[Any] | None = None,
+    action_space: gym.Space[Any] | None = None,
+    one_group: bool = False,
+) -> AgentLayout:
+    """The slots and groups of ``env`` (a ``ParallelEnv``), without stepping it.
+
+    Args:
+        env: One env, as the factory builds it.
+        max_agents: Slots per env for an env without ``possible_agents``.
+        pad: Put every agent in one group, padding smaller Box observations with zeros
+            to the largest (or to ``observation_space``).
+        observation_space: One agent's observation space, for every agent (with ``pad``,
+            or for an env without ``possible_agents``).
+        action_space: Likewise for actions.
+        one_group: Refuse agents of mixed spaces instead of grouping them.
+
+    Raises:
+        AgentSpaceError: Mixed spaces where one group is asked for, or no way to know the
+            slots.
+    """
+    possible = getattr(env, "possible_agents", None)
+    try:
+        agents = list(possible) if possible else []
+    except Exception:  # noqa: BLE001 - an env may raise on it, as pettingzoo's base does
+        agents = []
+    if not agents:
+        if max_agents is None:
+            raise AgentSpaceError(
+                f"{type(env).__name__} has no possible_agents: pass max_agents=K, the most "
+                "agents one of its episodes has, and observation_space=/action_space="
+            )
+        if observation_space is None or action_space is None:
+            raise AgentSpaceError(
+                f"{type(env).__name__} has no possible_agents, so its agents' spaces are only "
+                "known once they appear: pass observation_space= and action_space="
+            )
+        slots = tuple(f"slot_{i}" for i in range(int(max_agents)))
+        group = AgentGroup("agents", slots, observation_space, action_space)
+        return AgentLayout((group,), dynamic=True, padded=pad)
+    spaces = {a: (env.observation_space(a), env.action_space(a)) for a in agents}
+    if pad or observation_space is not None:
+        obs_space = observation_space or _padded_space([s[0] for s in spaces.values()], spaces)
+        act_space = action_space or _common_action_space(spaces)
+        for a, (o, _) in spaces.items():
+            _check_fits(o, obs_space, a)
+        group = AgentGroup("agents", tuple(agents), obs_space, act_space)
+        return AgentLayout((group,), padded=True)
+    groups: list[list[str]] = []
+    for a in agents:
+        for members in groups:
+            if spaces[members[0]] == spaces[a]:
+                members.append(a)
+                break
+        else:
+            groups.append([a])
+    if one_group and len(groups) > 1:
+        described = "; ".join(
+            f"{', '.join(m)}: observation {spaces[m[0]][0]}, action {spaces[m[0]][1]}"
+            for m in groups
+        )
+        raise AgentSpaceError(
+            f"the agents of {type(env).__name__} have different spaces ({described}): use "
+            "pad=True for one padded batch, or take one batch per group"
+        )
+    used: set[str] = set()
+    made = []
+    for i, members in enumerate(groups):
+        name = (
+            _group_name(members, used, i)
+            if len(groups) > 1
+            else _group_name(members, used, i).replace("group0", "agents")
+        )
+        used.add(name)
+        made.append(AgentGroup(name, tuple(members), *spaces[members[0]]))
+    return AgentLayout(tuple(made))
+
+
+def _padded_space(obs_spaces: list[Any], spaces: dict[str, Any]) -> gym.Space[Any]:
+    if all(s == obs_spaces[0] for s in obs_spaces):
+        return obs_spaces[0]
+    if not all(isinstance(s, gym.spaces.Box) and len(s.shape) == 1 for s in obs_spaces):
+        listed = ", ".join(f"{a}: {o}" for a, (o, _) in spaces.items())
+        raise AgentSpaceError(
+            f"pad=True pads 1-d Box observations only; these agents observe {listed}: pass "
+            "observation_space= that every agent's observation fits"
+        )
+    size = max(s.shape[0] for s in obs_spaces)
+    dtype = np.result_type(*(s.dtype for s in obs_spaces))
+    low = min(float(np.min(s.low)) for s in obs_spaces)
+    high = max(float(np.max(s.high)) for s in obs_spaces)
+    return gym.spaces.Box(min(low, 0.0), max(high, 0.0), (size,), dtype)
+
+
+def _common_action_space(spaces: dict[str, Any]) -> gym.Space[Any]:
+    acts = [a for _, a in spaces.values()]
+    if all(a == acts[0] for a in acts):
+        return acts[0]
+    if all(isinstance(a, gym.spaces.Discrete) and int(a.start) == 0 for a in acts):
+        return gym.spaces.Discrete(max(int(a.n) for a in acts))
+    listed = ", ".join(f"{n}: {a}" for n, (_, a) in spaces.items())
+    raise AgentSpaceError(
+        f"pad=True joins Discrete action spaces only; these agents act in {listed}: pass "
+        "action_space= that every agent's actions fit"
+    )
+
+
+def _check_fits(space: gym.Space[Any], into: gym.Space[Any], agent: str) -> None:
+    if space == into:
+        return
+    fits = (
+        isinstance(space, gym.spaces.Box)
+        and isinstance(into, gym.spaces.Box)
+        and len(space.shape) == len(into.shape)
+        and all(a <= b for a, b in zip(space.shape, into.shape, strict=True))
+    )
+    if not fits:
+        raise AgentSpaceError(
+            f"agent {agent!r} observes {space}, which does not fit the padded space {into}"
+        )
+
+
+@dataclass(frozen=True)
+class ParallelRowsFactory:
+    """``fn(k) -> ParallelEnvRows`` of ``k`` envs: the ``vector_fn`` a manager hosts.
+
+    Attributes:
+        env_fn: Zero-argument factory of one ``ParallelEnv``.
+        layout: The slots every env packs into.
+        autoreset_mode: The Gymnasium autoreset mode, applied per env.
+        done_on: ``"all"`` (PettingZoo's rule: the episode ends when no agent is left) or
+            ``"any"`` (at the first agent that terminates or truncates).
+    """
+
+    env_fn: Callable[[], Any]
+    layout: AgentLayout
+    autoreset_mode: AutoresetMode = AutoresetMode.NEXT_STEP
+    done_on: str = "all"
+
+    def __call__(self, k: int) -> ParallelEnvRows:
+        return ParallelEnvRows(
+            [self.env_fn] * k, self.layout, self.autoreset_mode, done_on=self.done_on
+        )
+
+
+class ParallelEnvRows(gym.vector.VectorEnv):  # type: ignore[type-arg]
+    """``k`` ParallelEnvs as a VectorEnv of ``k`` envs, each observing all its agent slots.
+
+    The autoreset is done here, per env, in the given mode; the manager hosting it
+    takes the mode from ``metadata["autoreset_mode"]``.
+    """
+
+    def __init__(
+        self,
+        env_fns: Sequence[Callable[[], Any]],
+        layout: AgentLayout,
+        autoreset_mode: AutoresetMode = AutoresetMode.NEXT_STEP,
+        *,
+        done_on: str = "all",
+    ) -> None:
+        if done_on not in ("all", "any"):
+            raise ValueError(f"done_on must be 'all' or 'any', got {done_on!r}")
+        self.envs = [fn() for fn in env_fns]
+        self.num_envs = len(self.envs)
+        self.layout = layout
+        self.done_on = done_on
+        self.mode = AutoresetMode(autoreset_mode)
+        self.metadata = {"autoreset_mode": self.mode}
+        self.render_mode = None
+        self.single_observation_space = layout.observation_space
+        self.single_action_space = layout.action_space
+        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = batch_space(self.single_action_space, self.num_envs)
+        out: Any = create_empty_array(self.single_observation_space, self.num_envs, np.zeros)
+        self._out = out
+        self._obs_leaves = [out[g.name]["obs"] for g in layout.groups]
+        self._fields = [[out[g.name][f] for f in FIELDS] for g in layout.groups]
+        self._shapes: list[Any] = [g.observation_space.shape for g in layout.groups]
+        self._turn_based = [hasattr(env, "aec_env") and _is_turn_based(env) for env in self.envs]
+        # Per env: "next" (reset at its next step), "ended" (disabled mode: not stepped).
+        self._state = [""] * self.num_envs
+        self._dynamic_slots: list[dict[str, int]] = [{} for _ in self.envs]
+
+    # --------------------------------------------------------------------- the API
+
+    def reset(
+        self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        opts = dict(options or {})
+        mask = opts.pop("reset_mask", None)
+        seeds = (
+            seed
+            if isinstance(seed, list)
+            else [None if seed is None else seed + k for k in range(self.num_envs)]
+        )
+        infos: dict[str, Any] = {}
+        for k, env in enumerate(self.envs):
+            if mask is not None and not mask[k]:
+                continue
+            obs, info = env.reset(seed=seeds[k], options=opts or None)
+            self._write_reset(k, obs, info, infos)
+        return self._out, infos
+
+    def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        n = self.num_envs
+        rewards = np.zeros(n)
+        infos: dict[str, Any] = {}
+        group_actions = [actions[g.name] for g in self.layout.groups]
+        packing = 0.0
+        for k, env in enumerate(self.envs):
+            state = self._state[k]
+            if state == "next":
+                obs, info = env.reset()
+                self._write_reset(k, obs, info, infos)
+                continue
+            if state == "ended":
+                self._clear(k)
+                continue
+            t0 = perf_counter()
+            act = {a: self._action(k, a, group_actions) for a in env.agents}
+            t1 = perf_counter()
+            obs, rew, term, trunc, info = env.step(act)
+            t2 = perf_counter()
+            ended, written = self._write_step(k, env, obs, rew, term, trunc)
+            rewards[k] = sum(rew.values()) if rew else 0.0
+            if not ended or self.mode is not AutoresetMode.SAME_STEP:
+                self._put_infos(k, written, info, infos)
+            if ended:
+                if self.mode is AutoresetMode.NEXT_STEP:
+                    self._state[k] = "next"
+                elif self.mode is AutoresetMode.DISABLED:
+                    self._state[k] = "ended"
+                else:
+                    final = self._rows_of(k)
+                    final_info = {self._slot(k, a): info.get(a, _EMPTY) for a in written}
+                    r_obs, r_info = env.reset()
+                    self._write_reset(k, r_obs, r_info, infos, keep_fields=True)
+                    _add_env_value(infos, FINAL_KEY, k, n, (final, final_info))
+            packing += (t1 - t0) + (perf_counter() - t2)
+        stack = timers.get_default_stack()
+        stack.root.get_child("step").get_child("env.step").get_child("agents.pack").add_time(
+            packing, 1
+        )
+        return self._out, rewards, np.zeros(n, np.bool_), np.zeros(n, np.bool_), infos
+
+    def _rows_of(self, k: int) -> dict[str, Any]:
+        """A copy of env ``k``'s rows, every group's obs and fields."""
+        return {
+            g.name: {key: _copy_row(value, k) for key, value in self._out[g.name].items()}
+            for g in self.layout.groups
+        }
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        out = []
+        for env in self.envs:
+            attr = getattr(env, name)
+            out.append(attr(*args, **kwargs) if callable(attr) else attr)
+        return tuple(out)
+
+    def get_attr(self, name: str) -> tuple[Any, ...]:
+        return tuple(getattr(env, name) for env in self.envs)
+
+    def set_attr(self, name: str, values: Any) -> None:
+        if not isinstance(values, (list, tuple)):
+            values = [values] * self.num_envs
+        for env, value in zip(self.envs, values, strict=True):
+            setattr(env, name, value)
+
+    def close_extras(self, **kwargs: Any) -> None:
+        for env in self.envs:
+            env.close()
+
+    # -------------------------------------------------------------------- packing
+
+    def _slot(self, k: int, agent: str) -> tuple[int, int]:
+        """The (group, slot) of ``agent`` in env ``k``, given on first sight if dynamic."""
+        layout = self.layout
+        if not layout.dynamic:
+            where = layout.slot_of.get(agent)
+            if where is None:
+                raise AgentSpaceError(
+                    f"env {k}: agent {agent!r} is not in possible_agents, so it has no slot "
+                    f"(slots: {', '.join(layout.slot_of)})"
+                )
+            return where
+        slots = self._dynamic_slots[k]
+        s = slots.get(agent)
+        if s is None:
+            s = len(slots)
+            if s >= len(layout.groups[0].slots):
+                raise AgentSpaceError(
+                    f"env {k}: agent {agent!r} is agent {s + 1} of this episode, past "
+                    f"max_agents={s}; pass a larger max_agents"
+                )
+            slots[agent] = s
+        return 0, s
+
+    def _action(self, k: int, agent: str, group_actions: list[Any]) -> Any:
+        g, s = self._slot(k, agent)
+        return _take(group_actions[g], k, s)
+
+    def _clear(self, k: int) -> None:
+        for leaf, fields in zip(self._obs_leaves, self._fields, strict=True):
+            _zero(leaf, k)
+            for f in fields:
+                f[k] = 0
+
+    def _write_reset(
+        self,
+        k: int,
+        obs: dict[str, Any],
+        info: dict[str, Any],
+        infos: dict[str, Any],
+        keep_fields: bool = False,
+    ) -> None:
+        self._state[k] = ""
+        self._dynamic_slots[k] = {}
+        env = self.envs[k]
+        if keep_fields:
+            for leaf in self._obs_leaves:
+                _zero(leaf, k)
+        else:
+            self._clear(k)
+        self._check_live(k, env, obs)
+        for agent, value in obs.items():
+            g, s = self._slot(k, agent)
+            self._put_obs(k, g, s, agent, value)
+        for agent in self._live(k, env, obs):
+            g, s = self._slot(k, agent)
+            self._fields[g][3][k, s] = 1
+        self._put_infos(k, obs, info, infos)
+
+    def _write_step(
+        self,
+        k: int,
+        env: Any,
+        obs: dict[str, Any],
+        rew: dict[str, Any],
+        term: dict[str, Any],
+        trunc: dict[str, Any],
+    ) -> tuple[bool, list[str]]:
+        """Write env ``k``'s step into its rows: whether its episode ended, and whose rows."""
+        self._clear(k)
+        self._check_live(k, env, obs)
+        live = set(self._live(k, env, obs))
+        any_done = False
+        rows = []
+        for agent, value in obs.items():
+            t, u = bool(term.get(agent, False)), bool(trunc.get(agent, False))
+            if not (t or u or agent in live):
+                continue
+            any_done = any_done or t or u
+            rows.append((agent, value, t, u))
+        ended = not env.agents or (self.done_on == "any" and any_done)
+        written = []
+        for agent, value, t, u in rows:
+            g, s = self._slot(k, agent)
+            self._put_obs(k, g, s, agent, value)
+            fields = self._fields[g]
+            fields[0][k, s] = rew.get(agent, 0.0)
+            if ended and self.done_on == "any" and not (t or u):
+                u = True
+            fields[1][k, s] = t
+            fields[2][k, s] = u
+            fields[3][k, s] = 1
+            written.append(agent)
+        return ended, written
+
+    def _live(self, k: int, env: Any, obs: dict[str, Any]) -> list[str]:
+        if self._turn_based[k]:
+            aec = env.aec_env
+            return [aec.agent_selection] if env.agents else []
+        return list(env.agents)
+
+    def _check_live(self, k: int, env: Any, obs: dict[str, Any]) -> None:
+        for agent in env.agents:
+            if agent not in obs:
+                raise AgentSpaceError(
+                    f"env {k}: agent {agent!r} is in env.agents but its step result has no "
+                    f"observation for it (observations for: {', '.join(map(str, obs))})"
+                )
+
+    def _put_obs(self, k: int, g: int, s: int, agent: str, value: Any) -> None:
+        leaf = self._obs_leaves[g]
+        if isinstance(leaf, np.ndarray):
+            shape = self._shapes[g]
+            got = np.shape(value)
+            if got != shape:
+                if not (self.layout.padded and _fits_in(got, shape)):
+                    raise AgentSpaceError(
+                        f"env {k}: agent {agent!r} observed shape {got}, expected {shape} "
+                        f"(its space: {self.layout.groups[g].observation_space})"
+                    )
+                leaf[k, s][tuple(slice(0, d) for d in got)] = value
+                return
+            leaf[k, s] = value
+            return
+        _put_tree(leaf, k, s, value, f"env {k}: agent {agent!r} observation")
+
+    def _put_infos(
+        self,
+        k: int,
+        agents: Sequence[str] | dict[str, Any],
+        info: dict[str, Any],
+        infos: dict[str, Any],
+    ) -> None:
+        groups = self.layout.groups
+        n = self.num_envs
+        for agent in agents:
+            d = info.get(agent)
+            if not d:
+                continue
+            g, s = self._slot(k, agent)
+            name, size = groups[g].name, len(groups[g].slots)
+            for key, value in d.items():
+                _add_agent_value(infos, info_key(name, key), k, s, n, size, value)
+
+
+def _fits_in(got: tuple[int, ...], shape: tuple[int, ...]) -> bool:
+    return len(got) == len(shape) and all(a <= b for a, b in zip(got, shape, strict=True))
+
+
+def _is_turn_based(env: Any) -> bool:
+    return type(env).__name__ == "turn_based_aec_to_parallel_wrapper"
+
+
+def _take(batch: Any, k: int, s: int) -> Any:
+    if isinstance(batch, dict):
+        return {key: _take(v, k, s) for key, v in batch.items()}
+    if isinstance(batch, tuple):
+        return tuple(_take(v, k, s) for v in batch)
+    return batch[k, s]
+
+
+def _copy_row(leaf: Any, k: int) -> Any:
+    if isinstance(leaf, dict):
+        return {key: _copy_row(v, k) for key, v in leaf.items()}
+    if isinstance(leaf, tuple):
+        return tuple(_copy_row(v, k) for v in leaf)
+    return leaf[k].copy()
+
+
+def _zero(leaf: Any, k: int) -> None:
+    if isinstance(leaf, dict):
+        for v in leaf.values():
+            _zero(v, k)
+    elif isinstance(leaf, tuple):
+        for v in leaf:
+            _zero(v, k)
+    else:
+        leaf[k] = 0
+
+
+def _put_tree(leaf: Any, k: int, s: int, value: Any, where: str) -> None:
+    if isinstance(leaf, dict):
+        if not isinstance(value, dict) or set(value) != set(leaf):
+            raise AgentSpaceError(
+                f"{where}: expected a dict with keys {sorted(leaf)}, got {value!r}"
+            )
+        for key, sub in leaf.items():
+            _put_tree(sub, k, s, value[key], f"{where}[{key!r}]")
+    elif isinstance(leaf, tuple):
+        if not isinstance(value, tuple) or len(value) != len(leaf):
+            raise AgentSpaceError(f"{where}: expected a tuple of {len(leaf)}, got {value!r}")
+        for j, sub in enumerate(leaf):
+            _put_tree(sub, k, s, value[j], f"{where}[{j}]")
+    else:
+        expected = leaf.shape[2:]
+        if np.shape(value) != expected:
+            raise AgentSpaceError(f"{where}: shape {np.shape(value)}, expected {expected}")
+        leaf[k, s] = value
+
+
+def _add_agent_value(
+    infos: dict[str, Any], key: str, k: int, s: int, n: int, size: int, value: Any
+) -> None:
+    """Put one agent's info value at (env ``k``, slot ``s``), as ``_add_info`` would per row."""
+    rows_key = key + "@rows"
+    array = infos.get(key)
+    if array is None:
+        kind = column_kind(value)
+        if kind is None:
+            array = np.full((n, size), None, dtype=object)
+        else:
+            array = np.zeros((n, size, *kind[1]), dtype=kind[0])
+        infos[key], infos["_" + key] = array, np.zeros(n, np.bool_)
+        infos[rows_key] = np.zeros((n, size), np.bool_)
+    array[k, s] = value
+    infos["_" + key][k] = True
+    infos[rows_key][k, s] = True
+
+
+def _add_env_value(infos: dict[str, Any], key: str, k: int, n: int, value: Any) -> None:
+    if key not in infos:
+        infos[key], infos["_" + key] = np.full(n, None, dtype=object), np.zeros(n, np.bool_)
+    infos[key][k] = value
+    infos["_" + key][k] = True
