@@ -129,10 +129,11 @@ class AgentLayout:
         )
 
 
-def _group_name(agents: Sequence[str], used: set[str], index: int) -> str:
+def _group_name(agents: Sequence[str], used: set[str], fallback: str) -> str:
+    """The agents' common name prefix (``adversary`` of ``adversary_0``...), else ``fallback``."""
     prefixes = {a.rsplit("_", 1)[0] if "_" in a else a for a in agents}
     name = prefixes.pop() if len(prefixes) == 1 else ""
-    return name if name and name not in used else f"group{index}"
+    return name if name and name not in used else fallback
 
 
 def describe_agents(
@@ -207,11 +208,7 @@ def describe_agents(
     used: set[str] = set()
     made = []
     for i, members in enumerate(groups):
-        name = (
-            _group_name(members, used, i)
-            if len(groups) > 1
-            else _group_name(members, used, i).replace("group0", "agents")
-        )
+        name = _group_name(members, used, "agents" if len(groups) == 1 else f"group{i}")
         used.add(name)
         made.append(AgentGroup(name, tuple(members), *spaces[members[0]]))
     return AgentLayout(tuple(made))
