@@ -462,6 +462,7 @@ class ParallelEnvRows(gym.vector.VectorEnv):  # type: ignore[type-arg]
         self._check_live(k, env, obs)
         for agent, value in obs.items():
             g, s = self._slot(k, agent)
+            self._check_space(k, env, agent, self.layout.groups[g])
             self._put_obs(k, g, s, agent, value)
         for agent in self._live(k, env, obs):
             g, s = self._slot(k, agent)
@@ -503,6 +504,23 @@ class ParallelEnvRows(gym.vector.VectorEnv):  # type: ignore[type-arg]
             fields[3][k, s] = 1
             written.append(agent)
         return ended, written
+
+    def _check_space(self, k: int, env: Any, agent: str, group: AgentGroup) -> None:
+        """At a reset: the agent's spaces are still its group's (a space is fixed per slot)."""
+        space = env.observation_space(agent)
+        if space is group.observation_space or space == group.observation_space:
+            return
+        if self.layout.padded:
+            try:
+                _check_fits(space, group.observation_space, agent)
+            except AgentSpaceError as exc:
+                raise AgentSpaceError(f"env {k}: {exc}") from None
+            return
+        raise AgentSpaceError(
+            f"env {k}: agent {agent!r} now observes {space}, but its slot was laid out for "
+            f"{group.observation_space}: an agent's space must not change between calls "
+            "(pad=True with observation_space= takes spaces that fit one)"
+        )
 
     def _live(self, k: int, env: Any, obs: dict[str, Any]) -> list[str]:
         if self._turn_based[k]:
