@@ -67,7 +67,7 @@ def one_thread_at_a_time(method: _Method) -> _Method:
 
     Without it two threads stepping one manager each pass the idle check and read the
     other's batch, with no error. The lock is reentrant, so ``reset`` may call
-    ``reset_async``; this costs about 0.35 µs a call (timeit, the decorator included).
+    ``reset_async``.
     """
     name = method.__name__
 

@@ -151,7 +151,8 @@ class RayEnvManager(BatchedVectorEnv):
             pinned to its node, softly) of ``envs_per_actor`` envs; with no size at
             all it is refused (``TypeError``).
         envs_per_actor: Envs each actor owns and steps per call (an even split; default
-            1 with a single factory). Make it large: a Ray call costs ~1 ms.
+            1 with a single factory). Make it large: a Ray call costs far more than a
+            step of a cheap env.
         workers_per_actor: ``0``/``1``: the actor steps its envs itself.
             ``N > 1`` with ``env_fns``: the actor runs an
             :class:`~envmgr.SubprocessEnvManager` with ``N`` worker processes

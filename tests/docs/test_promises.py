@@ -1,4 +1,4 @@
-"""README promises that no other test would notice losing (issue 9).
+"""README promises that no other test would notice losing.
 
 Each test here pins one sentence of README.md's "How it works" section and was
 checked by taking the mechanism out of the package and watching the test fail

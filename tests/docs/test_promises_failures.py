@@ -1,5 +1,5 @@
 """README promises of the "Failure handling" section that no other test would notice
-losing (issue 9): the restart timer node, env exceptions in reset and in first-ready
+losing: the restart timer node, env exceptions in reset and in first-ready
 stepping, an unpicklable call result, ``reset_wait``/``call_wait`` timeouts, the
 catchable bases ``UsageError`` / ``WorkerFailure``, and the finalizer.
 

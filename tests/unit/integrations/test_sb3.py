@@ -57,10 +57,6 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 REPO = Path(__file__).resolve().parents[3]
 
-#: The manager's per-env targets and uneven splits (issue 10) are not merged yet on
-#: every branch; tests that need them are expected to fail until they are.
-
-
 # ------------------------------------------------------------------ envs
 
 
