@@ -14,9 +14,9 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from conftest import Backend
-from support.fault_cases import group_ids
 from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
 from gymnasium.vector import AsyncVectorEnv
+from support.fault_cases import group_ids
 
 from envmgr import SubprocessEnvManager
 

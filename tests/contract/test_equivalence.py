@@ -17,6 +17,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from conftest import Backend
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from gymnasium.vector.utils import batch_space
 from support.envs import (
     ACTION_SPACES,
     ActionTypeEnv,
@@ -26,8 +28,6 @@ from support.envs import (
     TextObsEnv,
     assert_same,
 )
-from gymnasium.vector import AutoresetMode, SyncVectorEnv
-from gymnasium.vector.utils import batch_space
 
 pytestmark = pytest.mark.timeout(90)
 

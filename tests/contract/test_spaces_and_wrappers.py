@@ -10,10 +10,10 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
-from support.backend_cases import on_backends
 from conftest import Backend
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from support.backend_cases import on_backends
 from test_equivalence import compare
 
 from envmgr import SubprocessEnvManager, timers

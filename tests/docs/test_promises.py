@@ -33,8 +33,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from conftest import Backend, on_backends
-from support.envs import DictActionEnv, VariableObsEnv, assert_same
 from gymnasium.vector import SyncVectorEnv
+from support.envs import DictActionEnv, VariableObsEnv, assert_same
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import Backend, on_backends
+from gymnasium.vector import SyncVectorEnv
 from support.fault_cases import (
     CALLER_BLOCKS,
     CALLER_DIES,
@@ -37,7 +38,6 @@ from support.fault_envs import (
     segment_path,
     wait_gone,
 )
-from gymnasium.vector import SyncVectorEnv
 from support.helpers import full_text
 
 import envmgr

@@ -27,8 +27,8 @@ import cloudpickle
 import gymnasium as gym
 import numpy as np
 import pytest
-from support.envs import EnvBoom, ExplodingEnv, assert_same
 from gymnasium import spaces
+from support.envs import EnvBoom, ExplodingEnv, assert_same
 
 sb3 = pytest.importorskip(
     "stable_baselines3",

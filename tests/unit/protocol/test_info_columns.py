@@ -17,9 +17,9 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from conftest import Backend
-from support.envs import assert_same
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from support.envs import assert_same
 from test_equivalence import compare, local_only, sample_actions
 from test_promises import traffic
 
