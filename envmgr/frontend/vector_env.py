@@ -168,9 +168,20 @@ class BatchedVectorEnv(VectorEnv):  # type: ignore[type-arg]
         with timers.hierarchical_timer(f"start_{self.group_noun}") as started:
             readies = backend.start()
             self._adopt(readies, options)
-            buffers = backend.attach(self.single_observation_space, self.single_action_space)
+            buffers = backend.attach(
+                self.single_observation_space, self.single_action_space, options.get("capacity")
+            )
         session.merge_start(started, dict(enumerate(readies)))
-        reader = BatchReader(buffers, layout, self.single_observation_space, copy, self._add_info)
+        #: How Sequence/Graph parts of the observations come back (``"gymnasium"``/``"padded"``).
+        self.ragged = options.get("ragged", "gymnasium")
+        reader = BatchReader(
+            buffers,
+            layout,
+            self.single_observation_space,
+            copy,
+            self._add_info,
+            padded=self.ragged == "padded",
+        )
         self._actions = ActionChecks(
             self.single_action_space, layout, self.group_noun_singular, check_actions
         )

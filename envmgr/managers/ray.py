@@ -265,7 +265,7 @@ class RayEnvManager(BatchedVectorEnv):
                 node_affinity_soft if node_ids is not None else True,
                 actor_options,
             )
-            payloads = group_specs(layout, fns, vector_fn, mode, "actor")
+            payloads = group_specs(layout, fns, vector_fn, mode, "actor", options.get("capacity"))
             backend = RayBackend(
                 ray,
                 layout,
