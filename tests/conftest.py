@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 
 # Re-exported (test modules import them from conftest) as well as used here.
-from backend_cases import (  # noqa: F401
+from support.backend_cases import (  # noqa: F401
     BACKENDS,
     DEFAULT_BACKENDS,
     NODE_IP,
@@ -311,7 +311,7 @@ def backend(request: pytest.FixtureRequest) -> Backend:
 
     ray = request.getfixturevalue("ray_session").ensure()
     # Ray's workers cannot import the test modules: ship their envs by value.
-    for name in ("envs", "fault_envs", "helpers", request.module.__name__):
+    for name in ("support.envs", "support.fault_envs", "support.helpers", request.module.__name__):
         if name in sys.modules:
             cloudpickle.register_pickle_by_value(sys.modules[name])
     return Backend("ray", ray)
