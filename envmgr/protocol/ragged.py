@@ -43,6 +43,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.spaces import GraphInstance
 
+from envmgr.protocol.segments import open_segment
+
 __all__ = [
     "RAGGED_MODES",
     "RaggedLayout",
@@ -500,8 +502,6 @@ class RaggedStore:
     @classmethod
     def attach(cls, layout: RaggedLayout) -> RaggedStore:
         """Map the segment of ``layout`` (worker side) and say so in its header word."""
-        from envmgr.protocol.shared_memory import open_segment
-
         store = cls(layout, open_segment(layout.name), owner=False)
         store.header[0] = layout.version
         return store

@@ -18,11 +18,10 @@ arrays a user receives have exactly the structure ``SyncVectorEnv`` returns.
 
 from __future__ import annotations
 
-import inspect
 import secrets
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from multiprocessing import resource_tracker, shared_memory
+from multiprocessing import shared_memory
 from typing import Any
 
 import gymnasium as gym
@@ -31,6 +30,7 @@ from gymnasium.vector.utils import create_empty_array
 
 from envmgr.protocol.info_columns import ROW_BYTES
 from envmgr.protocol.ragged import RaggedLayout, RaggedStore, capacities_for, fits_ragged
+from envmgr.protocol.segments import SEGMENT_PREFIX, open_segment
 from envmgr.protocol.trees import tree_map
 
 __all__ = [
@@ -42,21 +42,8 @@ __all__ = [
     "open_segment",
 ]
 
-#: Every segment envmgr creates is named with this prefix, so leaks are easy to spot.
-SEGMENT_PREFIX = "envmgr_"
 _ALIGN = 64  # a cache line: workers writing neighbouring arrays never share one
 _FIXED = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)
-_TRACK_PARAM = "track" in inspect.signature(shared_memory.SharedMemory).parameters
-
-
-def _register_all_but_shared_memory(
-    register: Callable[[str, str], None],
-) -> Callable[[str, str], None]:
-    def register_filtered(name: str, rtype: str) -> None:
-        if rtype != "shared_memory":
-            register(name, rtype)
-
-    return register_filtered
 
 
 def fits_shared_memory(space: gym.Space[Any]) -> bool:
@@ -68,22 +55,6 @@ def fits_shared_memory(space: gym.Space[Any]) -> bool:
     if isinstance(space, gym.spaces.Tuple):
         return all(fits_shared_memory(s) for s in space.spaces)
     return False
-
-
-def open_segment(name: str) -> shared_memory.SharedMemory:
-    """Map the existing segment ``name`` without tracking it (a worker's side)."""
-    # Only the creator may track the segment. A worker that registered it too
-    # would, under fork, start a resource tracker of its own that unlinks the
-    # segment (with a "leaked" warning) when the worker exits, even while the
-    # manager still uses it.
-    if _TRACK_PARAM:  # Python >= 3.13
-        return shared_memory.SharedMemory(name=name, create=False, track=False)  # type: ignore[call-arg]
-    register = resource_tracker.register
-    resource_tracker.register = _register_all_but_shared_memory(register)  # type: ignore[assignment]
-    try:
-        return shared_memory.SharedMemory(name=name, create=False)
-    finally:
-        resource_tracker.register = register  # type: ignore[assignment]
 
 
 def _leaves(tree: Any) -> list[np.ndarray]:
