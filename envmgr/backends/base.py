@@ -85,9 +85,10 @@ class Backend(Protocol):
     def start(self) -> list[Ready]: ...
 
     def attach(
-        self, observation_space: gym.Space[Any], action_space: gym.Space[Any], capacity: Any = None
+        self, observation_space: gym.Space[Any], action_space: gym.Space[Any], ragged: Any = None
     ) -> SharedBuffers:
-        """The batch arrays; ``capacity``: the ``capacity=`` hint of a Sequence/Graph space."""
+        """The batch arrays; ``ragged``: the manager's
+        :class:`~envmgr.protocol.ragged.RaggedOptions` for a Sequence/Graph space."""
         ...
 
     def post(self, commands: Mapping[int, Command]) -> None: ...

@@ -39,7 +39,7 @@ import numpy as np
 from envmgr import timers as timer_module
 from envmgr.envside.info_writer import InfoWriter
 from envmgr.protocol.messages import Ready
-from envmgr.protocol.ragged import RaggedSpill, RaggedStore
+from envmgr.protocol.ragged import RaggedOptions, RaggedSpill, RaggedStore
 from envmgr.protocol.trees import copy_tree, unbatch_infos
 from envmgr.timers import GaugeNode, TimerNode
 
@@ -71,8 +71,8 @@ class GroupSpec:
         registrations: The parent's gymnasium registrations
             (:func:`~envmgr.envside.registrations.registrations`), installed before the
             envs are built.
-        capacity: The ``capacity=`` hint of a Sequence/Graph observation space, for a
-            group that lays its own store (a Ray actor's).
+        ragged: The manager's ``ragged=``/``capacity=`` for a Sequence/Graph observation
+            space, for a group that lays its own store (a Ray actor's).
     """
 
     index: int
@@ -82,7 +82,7 @@ class GroupSpec:
     env_fns: tuple[Callable[[], gym.Env[Any, Any]], ...] | None = None
     vector_fn: Callable[[int], gym.vector.VectorEnv] | None = None  # type: ignore[type-arg]
     registrations: bytes = b""
-    capacity: int | dict[str, int] | None = None
+    ragged: RaggedOptions | None = None
 
 
 class BuildFailed(Exception):

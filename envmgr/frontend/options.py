@@ -10,13 +10,14 @@ from typing import Any, Literal, TypedDict, overload
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from envmgr.frontend.action_checks import check_mode
-from envmgr.protocol.ragged import RAGGED_MODES
+from envmgr.protocol.ragged import RAGGED_MODES, RaggedOptions
 
 __all__ = [
     "FrontEndOptions",
     "check_options",
     "count",
     "seconds",
+    "ragged_options",
     "DEFAULT_START_TIMEOUT",
     "DEFAULT_TIMER_INTERVAL",
 ]
@@ -64,7 +65,8 @@ class FrontEndOptions(TypedDict, total=False):
             arrays or ``GraphInstance`` items) or ``"padded"`` (a Sequence part as
             ``(data[num_envs, capacity, *shape], lengths[num_envs])``, a Graph part as
             ``(nodes, n_nodes, edges, edge_links, n_edges)``; past its length a row holds
-            nothing meaningful). See docs/guide/variable-size.md.
+            nothing meaningful), or ``"pickled"`` (no store: every observation travels
+            pickled, a point of comparison). See docs/guide/variable-size.md.
         capacity: Starting capacity of the ``Sequence``/``Graph`` parts in shared
             memory: one int for all, or by path (``{"entities/type_a": 64}``, a Graph's
             ``"graph/nodes"``/``"graph/edges"``, or a key above them). Without it the
@@ -139,6 +141,11 @@ def seconds(name: str, value: Any, *, none: bool = False, zero: bool = False) ->
         bound = ">= 0" if zero else "> 0"
         raise ValueError(f"{name} must be {bound} seconds, got {value!r}")
     return float(value)
+
+
+def ragged_options(options: Mapping[str, Any]) -> RaggedOptions:
+    """The manager's ``ragged=`` and ``capacity=``, for the backends."""
+    return RaggedOptions(options.get("ragged", "gymnasium"), options.get("capacity"))
 
 
 def hosted_autoreset_mode(metadata: Mapping[str, Any], options: Mapping[str, Any]) -> AutoresetMode:

@@ -49,6 +49,7 @@ from envmgr.frontend.options import (
     DEFAULT_TIMER_INTERVAL,
     FrontEndOptions,
     hosted_autoreset_mode,
+    ragged_options,
 )
 from envmgr.frontend.restarts import RestartBudget
 from envmgr.frontend.results import RESTARTED_INFO_KEY, BatchReader
@@ -169,7 +170,7 @@ class BatchedVectorEnv(VectorEnv):  # type: ignore[type-arg]
             readies = backend.start()
             self._adopt(readies, options)
             buffers = backend.attach(
-                self.single_observation_space, self.single_action_space, options.get("capacity")
+                self.single_observation_space, self.single_action_space, ragged_options(options)
             )
         session.merge_start(started, dict(enumerate(readies)))
         #: How Sequence/Graph parts of the observations come back (``"gymnasium"``/``"padded"``).

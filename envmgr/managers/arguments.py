@@ -232,7 +232,7 @@ def group_specs(
     vector_fn: VectorEnvFactory | None,
     autoreset_mode: str,
     noun: str,
-    capacity: Any = None,
+    ragged: Any = None,
 ) -> list[bytes]:
     """Each group's cloudpickled :class:`GroupSpec`; an unpicklable factory fails here."""
     payloads = []
@@ -247,7 +247,7 @@ def group_specs(
             None if fns is None else tuple(fns[r.start : r.stop]),
             vector_fn,
             known,
-            capacity,
+            ragged,
         )
         try:
             payloads.append(cloudpickle.dumps(spec))

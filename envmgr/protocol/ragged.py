@@ -47,6 +47,7 @@ from envmgr.protocol.segments import open_segment
 
 __all__ = [
     "RAGGED_MODES",
+    "RaggedOptions",
     "RaggedLayout",
     "RaggedStore",
     "RaggedSpill",
@@ -57,8 +58,10 @@ __all__ = [
     "row_of",
 ]
 
-#: What ``ragged=`` takes: Gymnasium's batch form, or ``(data, lengths)`` arrays.
-RAGGED_MODES = ("gymnasium", "padded")
+#: What ``ragged=`` takes: Gymnasium's batch form, ``(data, lengths)`` arrays, or no
+#: store at all (every observation pickled, as for spaces without fixed elements: a
+#: point of comparison).
+RAGGED_MODES = ("gymnasium", "padded", "pickled")
 _ALIGN = 64
 _HEADER = 64  # word 0: the version the writer attached with
 #: Integer types an env's ``edge_links`` come in, by their code in a Graph row's counts.
@@ -165,6 +168,19 @@ def grown(capacity: int, need: int) -> int:
     growing re-lays the store a logarithmic number of times."""
     target = max(need, 2 * capacity, 1)
     return 1 << (target - 1).bit_length()
+
+
+@dataclass(frozen=True)
+class RaggedOptions:
+    """The manager's ``ragged=`` and ``capacity=``, as the backends need them.
+
+    Attributes:
+        mode: One of :data:`RAGGED_MODES`.
+        capacity: The starting capacities' hint (see :func:`capacities_for`).
+    """
+
+    mode: str = "gymnasium"
+    capacity: int | Mapping[str, int] | None = None
 
 
 @dataclass(frozen=True)

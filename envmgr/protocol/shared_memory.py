@@ -19,7 +19,7 @@ arrays a user receives have exactly the structure ``SyncVectorEnv`` returns.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from multiprocessing import shared_memory
 from typing import Any
@@ -29,7 +29,13 @@ import numpy as np
 from gymnasium.vector.utils import create_empty_array
 
 from envmgr.protocol.info_columns import ROW_BYTES
-from envmgr.protocol.ragged import RaggedLayout, RaggedStore, capacities_for, fits_ragged
+from envmgr.protocol.ragged import (
+    RaggedLayout,
+    RaggedOptions,
+    RaggedStore,
+    capacities_for,
+    fits_ragged,
+)
 from envmgr.protocol.segments import SEGMENT_PREFIX, open_segment
 from envmgr.protocol.trees import tree_map
 
@@ -199,16 +205,16 @@ class SharedBuffers:
     def add_ragged(
         self,
         sizes: Sequence[int],
-        capacity: int | Mapping[str, int] | None,
+        options: RaggedOptions | None,
         shared: bool,
     ) -> None:
         """Give each group of ``sizes`` (in order, after those already added) its store
         of the observation space, when that space has Sequence/Graph parts: in new
         segments (``shared``, workers'), else private and growing in place."""
         space = self.layout.observation_space
-        if not fits_ragged(space):
+        if not fits_ragged(space) or (options is not None and options.mode == "pickled"):
             return
-        caps = capacities_for(space, capacity)
+        caps = capacities_for(space, None if options is None else options.capacity)
         if self.ragged is None:
             self.ragged = []
         for n in sizes:

@@ -226,3 +226,14 @@ def test_capacity_hints_name_parts_of_the_space() -> None:
     ) as envs:
         envs.reset(seed=0)
         assert envs._session.buffers.ragged[0].layout.capacities == (16, 3)
+
+
+def test_ragged_pickled_keeps_the_pickled_transport() -> None:
+    from envmgr import SubprocessEnvManager
+
+    sync = SyncVectorEnv([EntityEnv] * N)
+    want = _run(sync, "NextStep", steps=6)
+    sync.close()
+    with SubprocessEnvManager([EntityEnv] * N, 2, ragged="pickled") as envs:
+        _compare(_run(envs, "NextStep", steps=6), want)
+        assert envs._session.buffers.ragged is None  # no store: every observation pickles

@@ -117,13 +117,13 @@ class ProcessBackend:
         return readies
 
     def attach(
-        self, observation_space: gym.Space[Any], action_space: gym.Space[Any], capacity: Any = None
+        self, observation_space: gym.Space[Any], action_space: gym.Space[Any], ragged: Any = None
     ) -> SharedBuffers:
         n, pool = self.n_workers, self.pool
         self.buffers = buffers = SharedBuffers.create(
             observation_space, action_space, self.layout.num_envs, n
         )
-        buffers.add_ragged(self.layout.sizes[:n], capacity, shared=True)
+        buffers.add_ragged(self.layout.sizes[:n], ragged, shared=True)
         for g, conn in enumerate(pool.conns):
             conn.send(Attach(-1, buffers.layout, buffers.ragged_layout(g)))
         self._handshake(range(n), "attach")

@@ -94,7 +94,7 @@ class EnvActor:
         views["info_arena"] = None
         # A Sequence/Graph space: a store of its own, growing in place; it rides in the
         # answer as the observations' rows.
-        buffers.add_ragged([group.n], spec.capacity, shared=False)
+        buffers.add_ragged([group.n], spec.ragged, shared=False)
         if buffers.ragged is not None:
             views["observations"] = buffers.ragged[0]
         group.attach(views)

@@ -149,13 +149,13 @@ class RayBackend:
         return answer  # type: ignore[no-any-return]
 
     def attach(
-        self, observation_space: gym.Space[Any], action_space: gym.Space[Any], capacity: Any = None
+        self, observation_space: gym.Space[Any], action_space: gym.Space[Any], ragged: Any = None
     ) -> Any:
         """The driver's private batch arrays; answers are copied in at each actor's rows."""
         layout = self.layout
         spaces = (observation_space, action_space)
         self.buffers = SharedBuffers.private(*spaces, layout.num_envs, layout.n_groups)
-        self.buffers.add_ragged(layout.sizes, capacity, shared=False)
+        self.buffers.add_ragged(layout.sizes, ragged, shared=False)
         return self.buffers
 
     # ================================================================ commands
