@@ -19,6 +19,7 @@ from envmgr.envside.group import (
     GroupSpec,
     Infos,
 )
+from envmgr.protocol.ragged import RaggedStore
 from envmgr.protocol.trees import tree_map
 
 __all__ = ["SingleEnvGroup"]
@@ -83,7 +84,17 @@ class SingleEnvGroup(EnvGroup):
     def attach(self, views: dict[str, Any]) -> None:
         super().attach(views)
         obs = views.get("observations")
-        self._write_obs = None if obs is None else _make_writer(obs)
+        if self.ragged is not None:
+            self._write_obs = self._write_ragged
+        else:
+            self._write_obs = None if obs is None else _make_writer(obs)
+
+    def attach_ragged(self, store: RaggedStore) -> None:
+        self._write_obs = self._write_ragged
+        super().attach_ragged(store)
+
+    def latest_observations(self) -> list[Any] | None:
+        return None if any(o is None for o in self._obs) else self._obs
 
     def _actions(self, actions: Any) -> Any:
         """Per-env private copies of the group's batch of actions.
@@ -195,6 +206,9 @@ class SingleEnvGroup(EnvGroup):
         try:
             self._write_obs(self._obs)
         except (ValueError, TypeError, KeyError, IndexError) as exc:
+            if self.ragged is not None:  # its message names the env and the path
+                self.current_env = self.ragged.failed_row
+                raise
             self._explain_bad_observation(exc)
 
     def _explain_bad_observation(self, exc: Exception) -> None:
@@ -294,7 +308,9 @@ class SingleEnvGroup(EnvGroup):
         self.current_env = None
         return tuple(results)
 
-    def observations(self) -> tuple[Any, ...]:
+    def observations(self) -> Any:
+        if self.ragged is not None:
+            return self.ragged_spill()
         return tuple(self._obs)
 
     def close(self) -> None:

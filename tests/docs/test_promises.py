@@ -35,6 +35,7 @@ import pytest
 from conftest import Backend, on_backends
 from gymnasium.vector import SyncVectorEnv
 from support.envs import DictActionEnv, VariableObsEnv, assert_same
+from support.helpers import io_bytes
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -45,12 +46,6 @@ N = 4  # envs: 2 workers x 2
 RAY_BYTES = "it counts the bytes worker processes move (/proc/<pid>/io): Ray's actors pickle"
 RAY_DOORBELL = "the doorbell and its wake-ups are the local backend's"
 LOCAL_ONLY = "start methods and the forkserver are the local workers' (caller_envs adds none)"
-
-
-def io_bytes(pid: int) -> tuple[int, int]:
-    """``(rchar, wchar)``: bytes process ``pid`` has read and written through syscalls."""
-    fields = dict(line.split(": ") for line in Path(f"/proc/{pid}/io").read_text().splitlines())
-    return int(fields["rchar"]), int(fields["wchar"])
 
 
 def traffic(envs: Any, actions: list[Any]) -> tuple[int, int]:

@@ -37,3 +37,9 @@ def pid_exists(pid: int) -> bool:
     except (OSError, IndexError):
         return False
     return state not in ("Z", "X")
+
+
+def io_bytes(pid: int) -> tuple[int, int]:
+    """``(rchar, wchar)``: bytes process ``pid`` has read and written through syscalls."""
+    fields = dict(line.split(": ") for line in Path(f"/proc/{pid}/io").read_text().splitlines())
+    return int(fields["rchar"]), int(fields["wchar"])
