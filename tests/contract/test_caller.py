@@ -27,7 +27,7 @@ from support.envs import (
     TextActionEnv,
     failing_factory,
 )
-from test_equivalence import compare
+from support.equivalence import compare
 
 from envmgr import SubprocessEnvManager, timers
 

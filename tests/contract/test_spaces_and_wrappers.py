@@ -14,7 +14,7 @@ from conftest import Backend
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from support.backend_cases import on_backends
-from test_equivalence import compare
+from support.equivalence import compare
 
 from envmgr import SubprocessEnvManager, timers
 

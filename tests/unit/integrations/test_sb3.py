@@ -285,7 +285,7 @@ def test_mujoco_infos_match_dummy_vec_env_and_travel_in_shared_memory() -> None:
     """HalfCheetah's numpy-scalar infos come back exactly (types included) and, from the
     second step on, the workers write nothing but wake-up bytes: no info is pickled."""
     pytest.importorskip("mujoco")
-    from test_promises import traffic
+    from support.helpers import traffic
 
     with pair([half_cheetah] * 4, n_workers=2, start_method="fork", timer_interval=1e9) as (
         ours,

@@ -20,8 +20,8 @@ from conftest import Backend
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from support.envs import assert_same
-from test_equivalence import compare, local_only, sample_actions
-from test_promises import traffic
+from support.equivalence import compare, local_only, sample_actions
+from support.helpers import traffic
 
 from envmgr import SubprocessEnvManager
 from envmgr.envside.info_writer import InfoWriter
