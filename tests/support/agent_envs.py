@@ -313,7 +313,7 @@ class BadAgentsEnv(SyntheticAgentsEnv):
 
     def observation_space(self, agent: str) -> spaces.Space:  # type: ignore[type-arg]
         if agent == self.INTRUDER or (
-            self.case == "changing_space" and self.agents and self.t >= self.at_step
+            self.case == "changing_space" and agent == self.CULPRIT and self.t >= self.at_step
         ):
             return self._other_space
         return super().observation_space(agent)
