@@ -311,7 +311,8 @@ def backend(request: pytest.FixtureRequest) -> Backend:
 
     ray = request.getfixturevalue("ray_session").ensure()
     # Ray's workers cannot import the test modules: ship their envs by value.
-    for name in ("support.envs", "support.fault_envs", "support.helpers", request.module.__name__):
+    shipped = ("support.envs", "support.fault_envs", "support.helpers", "support.agent_envs")
+    for name in (*shipped, request.module.__name__):
         if name in sys.modules:
             cloudpickle.register_pickle_by_value(sys.modules[name])
     return Backend("ray", ray)

@@ -49,6 +49,12 @@ __all__ = [
     "BAD_CASES",
     "AGENT_FAULTS",
     "fault_env_fn",
+    "spread_env",
+    "tag_env",
+    "kaz_env",
+    "connect_four_env",
+    "generated_env",
+    "GENERATED_SPACES",
     "one_group_env",
     "two_group_env",
     "masked_env",
@@ -222,7 +228,8 @@ def undeclared_env(**kwargs: Any) -> SyntheticAgentsEnv:
 
 
 class CheapAgentsEnv(ParallelEnv):  # type: ignore[type-arg]
-    """16 agents (12 at reset, 4 arriving), numpy only: what the benchmark steps.
+    """16 agents (12 at reset, 4 arriving before ``arrive_by``), numpy only: what the
+    benchmark steps.
 
     Each step an agent dies with probability ``death_p``; survivors are truncated at
     ``max_steps``. Infos hold an int and a float.
@@ -232,9 +239,16 @@ class CheapAgentsEnv(ParallelEnv):  # type: ignore[type-arg]
     N = 16
     DIM = 8
 
-    def __init__(self, max_steps: int = 200, death_p: float = 0.01, default_seed: int = 0) -> None:
+    def __init__(
+        self,
+        max_steps: int = 200,
+        death_p: float = 0.01,
+        arrive_by: int | None = None,
+        default_seed: int = 0,
+    ) -> None:
         self.possible_agents = [f"agent_{i}" for i in range(self.N)]
         self.max_steps = max_steps
+        self.arrive_by = max(2, max_steps // 2) if arrive_by is None else arrive_by
         self.death_p = death_p
         self.default_seed = default_seed
         self._obs_space = spaces.Box(-np.inf, np.inf, (self.DIM,), np.float32)
@@ -254,7 +268,7 @@ class CheapAgentsEnv(ParallelEnv):  # type: ignore[type-arg]
         if seed is not None or self._rng is None:
             self._rng = np.random.default_rng(self.default_seed if seed is None else seed)
         self.t = 0
-        self._arrive = self._rng.integers(1, self.max_steps // 2, size=4)
+        self._arrive = self._rng.integers(1, self.arrive_by, size=4)
         self.agents = self.possible_agents[:12]
         obs = self._rng.standard_normal((self.N, self.DIM)).astype(np.float32)
         return {a: obs[i] for i, a in enumerate(self.agents)}, {
@@ -296,17 +310,31 @@ BAD_CASES = (
 class BadAgentsEnv(SyntheticAgentsEnv):
     """``SyntheticAgentsEnv`` (no deaths, no arrivals) that commits ``case`` at step ``at_step``
     (0: in the reset). The culprit is always ``agent_1``, or ``intruder_0`` for
-    ``unknown_agent``."""
+    ``unknown_agent``.
+
+    With ``state_dir``, only the envs constructed ``bad_in``-th (0-based, counted over
+    every process) misbehave: with one worker, construction order is env order, so
+    ``bad_in=(1,)`` makes env 1 the bad one. The others are well behaved.
+    """
 
     CULPRIT = "agent_1"
     INTRUDER = "intruder_0"
 
-    def __init__(self, case: str, at_step: int = 2, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        case: str,
+        at_step: int = 2,
+        state_dir: str | None = None,
+        bad_in: Sequence[int] = (1,),
+        **kwargs: Any,
+    ) -> None:
         if case not in BAD_CASES:
             raise ValueError(f"unknown case {case!r}; choose from {BAD_CASES}")
         kwargs.setdefault("late", 0)
         kwargs.setdefault("max_steps", 50)
         super().__init__(**kwargs)
+        if state_dir is not None and record_construction(state_dir, 0) not in bad_in:
+            case = "none"
         self.case = case
         self.at_step = at_step
         self._other_space = spaces.Box(-np.inf, np.inf, (7,), np.float32)
@@ -323,7 +351,7 @@ class BadAgentsEnv(SyntheticAgentsEnv):
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         obs, infos = super().reset(seed=seed, options=options)
         self._death = dict.fromkeys(self._death, 10**9)  # nobody dies
-        if self.at_step == 0:
+        if self.at_step == 0 and self.case != "none":
             self._commit(obs, infos)
         return obs, infos
 
@@ -331,7 +359,7 @@ class BadAgentsEnv(SyntheticAgentsEnv):
         self, actions: dict[str, Any]
     ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any]]:
         result = super().step(actions)
-        if self.t == self.at_step:
+        if self.t == self.at_step and self.case != "none":
             self._commit(result[0], result[4])
         return result
 
@@ -395,6 +423,50 @@ class AgentFaultEnv(SyntheticAgentsEnv):
                 os.kill(os.getpid(), signal.SIGKILL)
             time.sleep(HANG_SECONDS)
         return super().step(actions)
+
+
+def spread_env() -> Any:
+    """MPE2 ``simple_spread_v3`` with three agents (one group ``agent``)."""
+    from mpe2 import simple_spread_v3
+
+    return simple_spread_v3.parallel_env(N=3)
+
+
+def tag_env() -> Any:
+    """MPE2 ``simple_tag_v3``: groups ``adversary`` and ``agent``."""
+    from mpe2 import simple_tag_v3
+
+    return simple_tag_v3.parallel_env()
+
+
+def kaz_env() -> Any:
+    """Knights, archers, zombies with vector observations and zombies often enough that
+    someone dies within about 150 steps."""
+    from pettingzoo.butterfly import knights_archers_zombies_v11
+
+    return knights_archers_zombies_v11.parallel_env(
+        obs_method="vector", spawn_delay=5, max_zombies=20
+    )
+
+
+def connect_four_env() -> Any:
+    """Connect four, turn-based, as a ParallelEnv (action masks in the observations)."""
+    from pettingzoo.classic import connect_four_v3
+    from pettingzoo.utils.conversions import turn_based_aec_to_parallel
+
+    return turn_based_aec_to_parallel(connect_four_v3.env())
+
+
+def generated_env() -> Any:
+    """PettingZoo's ``generated_agents_parallel_v0`` (no possible_agents; spaces drawn per
+    episode: pad into ``GENERATED_SPACES``)."""
+    from pettingzoo.test.example_envs import generated_agents_parallel_v0
+
+    return generated_agents_parallel_v0.parallel_env()
+
+
+#: Spaces every agent of ``generated_env`` fits in (observation, action).
+GENERATED_SPACES = (spaces.Box(0, 1, (50,), np.float32), spaces.Discrete(10))
 
 
 def fault_env_fn(kind: str, at_step: int, tag: int, state_dir: str, **kwargs: Any) -> Any:
