@@ -80,6 +80,7 @@ class SyntheticAgentsEnv(ParallelEnv):  # type: ignore[type-arg]
         dead_rewards: Keep a reward entry (-1.0) for every agent that has died, as some
             PettingZoo envs do; those rows must still read 0.
         declare_agents: Set ``possible_agents`` (False: slots come from ``max_agents``).
+        deaths: Whether agents die (False: all live until the truncation).
         default_seed: The generator's seed when the first reset has none.
     """
 
@@ -94,9 +95,11 @@ class SyntheticAgentsEnv(ParallelEnv):  # type: ignore[type-arg]
         action_mask: bool = False,
         dead_rewards: bool = True,
         declare_agents: bool = True,
+        deaths: bool = True,
         default_seed: int = 0,
     ) -> None:
         self.kinds = tuple(kinds)
+        self.deaths = deaths
         self.n_actions = n_actions
         self.max_steps = max_steps
         self.action_mask = action_mask
@@ -134,6 +137,8 @@ class SyntheticAgentsEnv(ParallelEnv):  # type: ignore[type-arg]
         rng = self._rng
         self.t = 0
         self._death = {a: int(rng.integers(2, 3 * self.max_steps // 2)) for a in self._names}
+        if not self.deaths:
+            self._death = dict.fromkeys(self._names, -1)
         self._arrive = {a: int(rng.integers(1, self.max_steps - 1)) for a in self._late}
         self._dead: list[str] = []
         self._score = dict.fromkeys(self._names, 0.0)
