@@ -311,7 +311,13 @@ def backend(request: pytest.FixtureRequest) -> Backend:
 
     ray = request.getfixturevalue("ray_session").ensure()
     # Ray's workers cannot import the test modules: ship their envs by value.
-    shipped = ("support.envs", "support.fault_envs", "support.helpers", "support.ragged_envs")
+    shipped = (
+        "support.envs",
+        "support.fault_envs",
+        "support.helpers",
+        "support.ragged_envs",
+        "support.agent_envs",
+    )
     for name in (*shipped, request.module.__name__):
         if name in sys.modules:
             cloudpickle.register_pickle_by_value(sys.modules[name])
