@@ -36,6 +36,7 @@ import gymnasium as gym
 import numpy as np
 
 from envmgr.errors import WorkerError, WorkerFailure, add_note
+from envmgr.protocol.info_columns import ROW_BYTES
 from envmgr.protocol.layout import Layout
 from envmgr.protocol.messages import Command, ErrorResponse, Ready
 from envmgr.protocol.shared_memory import SharedBuffers
@@ -85,10 +86,15 @@ class Backend(Protocol):
     def start(self) -> list[Ready]: ...
 
     def attach(
-        self, observation_space: gym.Space[Any], action_space: gym.Space[Any], ragged: Any = None
+        self,
+        observation_space: gym.Space[Any],
+        action_space: gym.Space[Any],
+        ragged: Any = None,
+        info_row_bytes: int = ROW_BYTES,
     ) -> SharedBuffers:
         """The batch arrays; ``ragged``: the manager's
-        :class:`~envmgr.protocol.ragged.RaggedOptions` for a Sequence/Graph space."""
+        :class:`~envmgr.protocol.ragged.RaggedOptions` for a Sequence/Graph space;
+        ``info_row_bytes``: the info columns' bytes per env."""
         ...
 
     def post(self, commands: Mapping[int, Command]) -> None: ...

@@ -78,12 +78,15 @@ class AgentGroup:
         slots: The slot labels: agent names, or ``slot_<i>`` for slots given on first sight.
         observation_space: One agent's observation space.
         action_space: One agent's action space.
+        source: Where the spaces came from, for messages (the first agent seen, or the
+            declared spaces), for slots given on first sight.
     """
 
     name: str
     slots: tuple[str, ...]
     observation_space: gym.Space[Any]
     action_space: gym.Space[Any]
+    source: str = ""
 
 
 @dataclass(frozen=True)
@@ -173,22 +176,25 @@ def describe_agents(
         if max_agents is None:
             raise AgentSpaceError(
                 f"{type(env).__name__} has no possible_agents: pass max_agents=K, the most "
-                "agents one of its episodes has, and observation_space=/action_space="
+                "agents one of its episodes has"
             )
+        source = "the declared spaces"
         if observation_space is None or action_space is None:
-            raise AgentSpaceError(
-                f"{type(env).__name__} has no possible_agents, so its agents' spaces are only "
-                "known once they appear: pass observation_space= and action_space="
+            source, observation_space, action_space = _first_agents_spaces(
+                env, observation_space, action_space
             )
         slots = tuple(f"slot_{i}" for i in range(int(max_agents)))
-        group = AgentGroup("agents", slots, observation_space, action_space)
+        group = AgentGroup("agents", slots, observation_space, action_space, source)
         return AgentLayout((group,), dynamic=True, padded=pad)
     spaces = {a: (env.observation_space(a), env.action_space(a)) for a in agents}
     if pad or observation_space is not None:
         obs_space = observation_space or _padded_space([s[0] for s in spaces.values()], spaces)
         act_space = action_space or _common_action_space(spaces)
         for a, (o, _) in spaces.items():
-            _check_fits(o, obs_space, a)
+            try:
+                _check_fits(o, obs_space, a)
+            except AgentSpaceError as exc:
+                raise AgentSpaceError(f"env 0: {exc}") from None
         group = AgentGroup("agents", tuple(agents), obs_space, act_space)
         return AgentLayout((group,), padded=True)
     groups: list[list[str]] = []
@@ -215,6 +221,18 @@ def describe_agents(
         used.add(name)
         made.append(AgentGroup(name, tuple(members), *spaces[members[0]]))
     return AgentLayout(tuple(made))
+
+
+def _first_agents_spaces(env: Any, obs: Any, act: Any) -> tuple[str, Any, Any]:
+    """The spaces of the first agent a reset of ``env`` shows (where none were declared)."""
+    env.reset()
+    if not env.agents:
+        raise AgentSpaceError(
+            f"{type(env).__name__} has no possible_agents and no agent after a reset: pass "
+            "observation_space= and action_space="
+        )
+    first = env.agents[0]
+    return f"those of {first}", obs or env.observation_space(first), act or env.action_space(first)
 
 
 def _padded_space(obs_spaces: list[Any], spaces: dict[str, Any]) -> gym.Space[Any]:
@@ -302,6 +320,8 @@ class ParallelEnvRows(gym.vector.VectorEnv):  # type: ignore[type-arg]
         if done_on not in ("all", "any"):
             raise ValueError(f"done_on must be 'all' or 'any', got {done_on!r}")
         self.envs = [fn() for fn in env_fns]
+        #: The manager's index of env 0 here, for messages; a hosting group sets it.
+        self.first_env_index = 0
         self.num_envs = len(self.envs)
         self.layout = layout
         self.done_on = done_on
@@ -432,6 +452,10 @@ class ParallelEnvRows(gym.vector.VectorEnv):  # type: ignore[type-arg]
 
     # -------------------------------------------------------------------- packing
 
+    def _env(self, k: int) -> str:
+        """Env ``k`` here, as the manager numbers it."""
+        return f"env {self.first_env_index + k}"
+
     def _slot(self, k: int, agent: str) -> tuple[int, int]:
         """The (group, slot) of ``agent`` in env ``k``, given on first sight if dynamic."""
         layout = self.layout
@@ -439,7 +463,7 @@ class ParallelEnvRows(gym.vector.VectorEnv):  # type: ignore[type-arg]
             where = layout.slot_of.get(agent)
             if where is None:
                 raise AgentSpaceError(
-                    f"env {k}: agent {agent!r} is not in possible_agents, so it has no slot "
+                    f"{self._env(k)}: agent {agent!r} is not in possible_agents, so it has no slot "
                     f"(slots: {', '.join(layout.slot_of)})"
                 )
             return where
@@ -449,7 +473,7 @@ class ParallelEnvRows(gym.vector.VectorEnv):  # type: ignore[type-arg]
             s = len(slots)
             if s >= len(layout.groups[0].slots):
                 raise AgentSpaceError(
-                    f"env {k}: agent {agent!r} is agent {s + 1} of this episode, past "
+                    f"{self._env(k)}: agent {agent!r} is agent {s + 1} of this episode, past "
                     f"max_agents={s}; pass a larger max_agents"
                 )
             slots[agent] = s
@@ -500,35 +524,48 @@ class ParallelEnvRows(gym.vector.VectorEnv):  # type: ignore[type-arg]
         term: dict[str, Any],
         trunc: dict[str, Any],
     ) -> tuple[bool, list[str]]:
-        """Write env ``k``'s step into its rows: whether its episode ended, and whose rows."""
+        """Write env ``k``'s step into its rows: whether its episode ended, and whose rows.
+
+        The rows of a group are written with one numpy assignment per field, not one per
+        agent: a MAgent battle steps hundreds of agents per env.
+        """
         self._clear(k)
         self._check_live(k, env, obs)
         live = set(self._live(k, env, obs))
+        groups = self.layout.groups
+        written: list[str] = []
+        per_group: list[list[Any]] = [[[], [], [], [], []] for _ in groups]
         any_done = False
-        rows = []
         for agent, value in obs.items():
             t, u = bool(term.get(agent, False)), bool(trunc.get(agent, False))
             if not (t or u or agent in live):
                 continue
             any_done = any_done or t or u
-            rows.append((agent, value, t, u))
-        ended = not env.agents or (self.done_on == "any" and any_done)
-        written = []
-        for agent, value, t, u in rows:
-            g, s = self._slot(k, agent)
-            self._put_obs(k, g, s, agent, value)
-            fields = self._fields[g]
-            fields[0][k, s] = rew.get(agent, 0.0)
-            if ended and self.done_on == "any" and not (t or u):
-                u = True
-            fields[1][k, s] = t
-            fields[2][k, s] = u
-            fields[3][k, s] = 1
+            g, slot = self._slot(k, agent)
+            self._check_space(k, env, agent, groups[g])
+            rows = per_group[g]
+            rows[0].append(slot)
+            rows[1].append(self._checked_obs(k, g, slot, agent, value))
+            rows[2].append(rew.get(agent, 0.0))
+            rows[3].append(t)
+            rows[4].append(u)
             written.append(agent)
+        ended = not env.agents or (self.done_on == "any" and any_done)
+        for g, (slots, values, rewards, terms, truncs) in enumerate(per_group):
+            if not slots:
+                continue
+            if ended and self.done_on == "any":
+                truncs = [u or not t for t, u in zip(terms, truncs, strict=True)]
+            self._put_rows(k, g, slots, values, written)
+            fields = self._fields[g]
+            fields[0][k, slots] = rewards
+            fields[1][k, slots] = terms
+            fields[2][k, slots] = truncs
+            fields[3][k, slots] = 1
         return ended, written
 
     def _check_space(self, k: int, env: Any, agent: str, group: AgentGroup) -> None:
-        """At a reset: the agent's spaces are still its group's (a space is fixed per slot)."""
+        """The agent's observation space is still its group's: a slot's layout is fixed."""
         space = env.observation_space(agent)
         if space is group.observation_space or space == group.observation_space:
             return
@@ -536,11 +573,12 @@ class ParallelEnvRows(gym.vector.VectorEnv):  # type: ignore[type-arg]
             try:
                 _check_fits(space, group.observation_space, agent)
             except AgentSpaceError as exc:
-                raise AgentSpaceError(f"env {k}: {exc}") from None
+                raise AgentSpaceError(f"{self._env(k)}: {exc}") from None
             return
         raise AgentSpaceError(
-            f"env {k}: agent {agent!r} now observes {space}, but its slot was laid out for "
-            f"{group.observation_space}: an agent's space must not change between calls "
+            f"{self._env(k)}: agent {agent!r} now observes {space}, but its slot was laid out for "
+            f"{group.observation_space} ({group.source or 'its group'}): an agent's space must "
+            "not change between calls "
             "(pad=True with observation_space= takes spaces that fit one)"
         )
 
@@ -554,29 +592,56 @@ class ParallelEnvRows(gym.vector.VectorEnv):  # type: ignore[type-arg]
         for agent in env.agents:
             if agent not in obs:
                 raise AgentSpaceError(
-                    f"env {k}: agent {agent!r} is in env.agents but its step result has no "
+                    f"{self._env(k)}: agent {agent!r} is in env.agents but its step result has no "
                     f"observation for it (observations for: {', '.join(map(str, obs))})"
                 )
 
-    def _put_obs(self, k: int, g: int, s: int, agent: str, value: Any) -> None:
+    def _checked_obs(self, k: int, g: int, slot: int, agent: str, value: Any) -> Any:
+        """``value``, checked to fit slot ``slot`` of group ``g`` (padded where it may be)."""
         leaf = self._obs_leaves[g]
-        if isinstance(leaf, SlotValues):
-            leaf.values[s][k] = value
-            return
+        if not isinstance(leaf, np.ndarray):
+            return value  # a Dict/Tuple (checked as it is written) or variable-size
+        shape = self._shapes[g]
+        got = value.shape if type(value) is np.ndarray else np.shape(value)
+        if got != shape:
+            if not (self.layout.padded and _fits_in(got, shape)):
+                raise AgentSpaceError(
+                    f"{self._env(k)}: agent {agent!r} observed shape {got}, expected {shape} "
+                    f"(its space: {self.layout.groups[g].observation_space})"
+                )
+            padded = np.zeros(shape, leaf.dtype)
+            padded[tuple(slice(0, d) for d in got)] = value
+            return padded
+        dtype = getattr(value, "dtype", None)
+        if (
+            dtype is not None
+            and dtype != leaf.dtype
+            and not np.can_cast(dtype, leaf.dtype, "same_kind")
+        ):
+            raise AgentSpaceError(
+                f"{self._env(k)}: agent {agent!r} observed dtype {dtype}, which does not cast "
+                f"to {leaf.dtype} (its space: {self.layout.groups[g].observation_space})"
+            )
+        return value
+
+    def _put_rows(
+        self, k: int, g: int, slots: list[int], values: list[Any], agents: Sequence[str]
+    ) -> None:
+        """Write checked observations into env ``k``'s ``slots`` of group ``g``; ``agents``
+        names them in messages."""
+        leaf = self._obs_leaves[g]
         if isinstance(leaf, np.ndarray):
-            shape = self._shapes[g]
-            got = np.shape(value)
-            if got != shape:
-                if not (self.layout.padded and _fits_in(got, shape)):
-                    raise AgentSpaceError(
-                        f"env {k}: agent {agent!r} observed shape {got}, expected {shape} "
-                        f"(its space: {self.layout.groups[g].observation_space})"
-                    )
-                leaf[k, s][tuple(slice(0, d) for d in got)] = value
-                return
-            leaf[k, s] = value
+            leaf[k, slots] = values
             return
-        _put_tree(leaf, k, s, value, f"env {k}: agent {agent!r} observation")
+        for slot, value in zip(slots, values, strict=True):
+            if isinstance(leaf, SlotValues):
+                leaf.values[slot][k] = value
+            else:
+                agent = next((a for a in agents if self._slot(k, a) == (g, slot)), slot)
+                _put_tree(leaf, k, slot, value, f"{self._env(k)}: agent {agent!r} observation")
+
+    def _put_obs(self, k: int, g: int, slot: int, agent: str, value: Any) -> None:
+        self._put_rows(k, g, [slot], [self._checked_obs(k, g, slot, agent, value)], [agent])
 
     def _put_infos(
         self,

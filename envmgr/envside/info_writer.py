@@ -21,7 +21,6 @@ import numpy as np
 from envmgr.protocol.info_columns import (
     ALWAYS_PICKLED,
     HEADER_BYTES,
-    ROW_BYTES,
     Column,
     Schema,
     ack_word,
@@ -67,7 +66,7 @@ class InfoWriter:
     """One group's info columns.
 
     Args:
-        arena: The group's rows of the info arena (``uint8[n, ROW_BYTES]``).
+        arena: The group's rows of the info arena (``uint8[n, row bytes]``).
     """
 
     def __init__(self, arena: np.ndarray) -> None:
@@ -239,7 +238,7 @@ class InfoWriter:
         size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         align = min(dtype.itemsize, 8) or 1
         offset = -(-self._next // align) * align
-        if offset + size + 1 > ROW_BYTES:
+        if offset + size + 1 > self.arena.shape[1]:
             return False
         column = Column(key, dtype.str, shape, offset, offset + size, python)
         self._slots[key] = _Slot(column, kind, self.arena)

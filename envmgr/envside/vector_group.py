@@ -51,6 +51,9 @@ class VectorEnvGroup(EnvGroup):
             _close(env)
             raise BuildFailed(None, exc) from exc
         self.env: Any = env
+        if hasattr(env, "first_env_index"):
+            # A hosted env that names its envs in messages names them as the manager does.
+            env.first_env_index = spec.offset
         self.single_observation_space = env.single_observation_space
         self.single_action_space = env.single_action_space
         self.metadata = dict(env.metadata)

@@ -72,6 +72,10 @@ class FrontEndOptions(TypedDict, total=False):
             ``"graph/nodes"``/``"graph/edges"``, or a key above them). Without it the
             capacity comes from the observations seen; an observation over capacity
             travels pickled on that step and the capacity grows.
+        info_bytes_per_env: Bytes of shared memory per env for numeric infos (the info
+            columns; default :data:`~envmgr.protocol.info_columns.ROW_BYTES`). A key that
+            finds no room travels pickled; multi-agent envs, whose infos hold a value per
+            agent, get room for every slot from :func:`~envmgr.make_parallel`.
     """
 
     num_envs: int | None
@@ -85,6 +89,7 @@ class FrontEndOptions(TypedDict, total=False):
     timer_interval: float
     ragged: str
     capacity: int | dict[str, int] | None
+    info_bytes_per_env: int
 
 
 def check_options(owner: str, options: dict[str, Any]) -> None:
@@ -98,6 +103,9 @@ def check_options(owner: str, options: dict[str, Any]) -> None:
     if unknown:
         raise TypeError(f"{owner}() got an unexpected keyword argument {unknown[0]!r}")
     check_mode(options.get("check_actions", "safe"))  # a bad value fails before anything starts
+    row = options.get("info_bytes_per_env")
+    if row is not None and (isinstance(row, bool) or not isinstance(row, Integral) or row < 64):
+        raise ValueError(f"info_bytes_per_env must be an int >= 64, got {row!r}")
     mode, modes = options.get("autoreset_mode"), [m.value for m in AutoresetMode]
     if mode is not None and not isinstance(mode, AutoresetMode) and mode not in modes:
         raise ValueError(

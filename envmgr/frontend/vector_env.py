@@ -55,6 +55,7 @@ from envmgr.frontend.restarts import RestartBudget
 from envmgr.frontend.results import RESTARTED_INFO_KEY, BatchReader
 from envmgr.frontend.session import Batch, Session
 from envmgr.frontend.state import CLOSED, IDLE, CallKind, PendingCall, State
+from envmgr.protocol.info_columns import ROW_BYTES
 from envmgr.protocol.messages import Ready
 
 __all__ = ["BatchedVectorEnv", "FrontEndOptions", "RESTARTED_INFO_KEY", "open_managers"]
@@ -170,7 +171,10 @@ class BatchedVectorEnv(VectorEnv):  # type: ignore[type-arg]
             readies = backend.start()
             self._adopt(readies, options)
             buffers = backend.attach(
-                self.single_observation_space, self.single_action_space, ragged_options(options)
+                self.single_observation_space,
+                self.single_action_space,
+                ragged_options(options),
+                options.get("info_bytes_per_env", ROW_BYTES),
             )
         session.merge_start(started, dict(enumerate(readies)))
         #: How Sequence/Graph parts of the observations come back (``"gymnasium"``/``"padded"``).

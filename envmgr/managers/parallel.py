@@ -23,8 +23,12 @@ from gymnasium.vector import AutoresetMode
 from envmgr.envside.agent_rows import ParallelRowsFactory, describe_agents
 from envmgr.frontend.agents import AgentGroupsVectorEnv, AgentVectorEnv
 from envmgr.managers.local import SubprocessEnvManager
+from envmgr.protocol.info_columns import ROW_BYTES
 
-__all__ = ["make_parallel"]
+__all__ = ["make_parallel", "INFO_BYTES_PER_SLOT"]
+
+#: Info column bytes per agent slot: three 8-byte values, each with its presence masks.
+INFO_BYTES_PER_SLOT = 32
 
 
 def make_parallel(
@@ -58,7 +62,9 @@ def make_parallel(
             to read its agents and spaces, and closed.
         num_envs: ParallelEnvs in all; ``reset(seed=s)`` seeds env ``e`` with ``s + e``.
         n_workers: Worker processes (Ray: actors); default ``min(num_envs, cpu_count)``.
-        max_agents: Slots per env, for an env without ``possible_agents``.
+        max_agents: Slots per env, for an env without ``possible_agents`` (its agents'
+            spaces are then those of the first agent that a reset of the probe env shows,
+            unless ``observation_space``/``action_space`` say them).
         pad: One batch for agents of different spaces: 1-d Box observations padded with
             zeros to the largest, Discrete actions to the largest.
         groups: ``True``: always one batch per group (:class:`AgentGroupsVectorEnv`);
@@ -93,6 +99,9 @@ def make_parallel(
     finally:
         probe.close()
     factory = ParallelRowsFactory(env_fn, layout, AutoresetMode(autoreset_mode), done_on)
+    # Per-agent infos are a value and a presence byte per slot: room for a few per slot.
+    slots = sum(len(g.slots) for g in layout.groups)
+    manager_options.setdefault("info_bytes_per_env", ROW_BYTES + INFO_BYTES_PER_SLOT * slots)
     manager: Any
     if ray:
         from envmgr.managers.ray import RayEnvManager

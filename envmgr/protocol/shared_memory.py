@@ -80,6 +80,7 @@ class SharedLayout:
         num_envs: Number of envs in the batch.
         n_workers: Number of workers (one control row each, see
             :mod:`envmgr.backends.local.doorbell`).
+        info_row_bytes: Bytes of info columns per env (:mod:`envmgr.protocol.info_columns`).
     """
 
     name: str
@@ -87,6 +88,7 @@ class SharedLayout:
     action_space: gym.Space[Any]
     num_envs: int
     n_workers: int = 1
+    info_row_bytes: int = ROW_BYTES
 
     @property
     def shared_observations(self) -> bool:
@@ -115,7 +117,7 @@ class SharedLayout:
         regions["env_seconds"] = np.empty(n, dtype=np.float64)
         regions["env_steps"] = np.empty(n, dtype=np.int64)
         # Numeric info values, one row per env (envmgr.protocol.info_columns).
-        regions["info_arena"] = np.empty((n, ROW_BYTES), dtype=np.uint8)
+        regions["info_arena"] = np.empty((n, self.info_row_bytes), dtype=np.uint8)
         return regions
 
     def size(self) -> int:
@@ -270,12 +272,14 @@ class SharedBuffers:
         action_space: gym.Space[Any],
         num_envs: int,
         n_workers: int = 1,
+        info_row_bytes: int = ROW_BYTES,
     ) -> SharedBuffers:
         """Allocate a new segment (parent side); the caller must :meth:`close` it."""
-        draft = SharedLayout("", observation_space, action_space, num_envs, n_workers)
+        spaces = (observation_space, action_space, num_envs, n_workers, info_row_bytes)
+        draft = SharedLayout("", *spaces)
         name = f"{SEGMENT_PREFIX}{secrets.token_hex(6)}"
         shm = shared_memory.SharedMemory(name=name, create=True, size=draft.size())
-        layout = SharedLayout(shm.name, observation_space, action_space, num_envs, n_workers)
+        layout = SharedLayout(shm.name, *spaces)
         return cls(layout, shm, owner=True)
 
     @classmethod
@@ -285,11 +289,13 @@ class SharedBuffers:
         action_space: gym.Space[Any],
         num_envs: int,
         n_workers: int = 1,
+        info_row_bytes: int = ROW_BYTES,
     ) -> SharedBuffers:
         """The same arrays in this process's own memory (a Ray driver or actor)."""
-        return cls(
-            SharedLayout("", observation_space, action_space, num_envs, n_workers), None, True
+        layout = SharedLayout(
+            "", observation_space, action_space, num_envs, n_workers, info_row_bytes
         )
+        return cls(layout, None, True)
 
     @classmethod
     def attach(cls, layout: SharedLayout) -> SharedBuffers:

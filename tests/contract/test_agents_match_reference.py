@@ -9,7 +9,7 @@ something; the layout varies by backend (``on_backends``): local workers (2 work
 3 envs: an uneven split), the caller case (1 worker and ``caller_envs=1``), and Ray.
 
 How a backend is asked for (``build``) is this module's one guess at the API beyond the
-spec: ``make_parallel(..., backend="ray")`` for Ray.
+``make_parallel(..., ray=True)`` for Ray.
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ def build(backend: Backend, env_fn: Callable[[], Any], **options: Any) -> Any:
     if backend.name == "caller":
         return make_parallel(env_fn, NUM_ENVS, n_workers=1, caller_envs=1, **options)
     return make_parallel(
-        env_fn, NUM_ENVS, n_workers=2, backend="ray", num_cpus_per_actor=0.25, **options
+        env_fn, NUM_ENVS, n_workers=2, ray=True, num_cpus_per_actor=0.25, **options
     )
 
 

@@ -51,8 +51,9 @@ CULPRIT = {case: "agent_1" for case in BAD_CASES} | {"unknown_agent": "intruder_
 
 @pytest.mark.parametrize("case", BAD_CASES)
 def test_a_bad_agent_is_named_with_its_env(case: str, tmp_path: Path) -> None:
-    """Env 1 (one worker builds its envs in order) misbehaves at step 2."""
-    fn = functools.partial(BadAgentsEnv, case, state_dir=str(tmp_path), bad_in=(1,))
+    """Env 1 misbehaves at step 2. Incarnation 0 is the env make_parallel builds in this
+    process to read the agents; the worker builds envs 0 and 1 as incarnations 1 and 2."""
+    fn = functools.partial(BadAgentsEnv, case, state_dir=str(tmp_path), bad_in=(2,))
     with make_parallel(fn, 2, n_workers=1, context="fork") as envs:
         envs.reset(seed=0)
         envs.step(np.zeros(envs.num_envs, np.int64))
@@ -115,8 +116,10 @@ def test_a_padded_space_that_does_not_fit_is_named() -> None:
 
 
 def fault_fn(kind: str, tmp_path: Path) -> Any:
+    """Incarnation 1 fires: the first a worker builds (0 is make_parallel's look at the
+    agents, in this process)."""
     return functools.partial(
-        AgentFaultEnv, kind=kind, at_step=AT_STEP, tag=0, state_dir=str(tmp_path), fire_in=(0,)
+        AgentFaultEnv, kind=kind, at_step=AT_STEP, tag=0, state_dir=str(tmp_path), fire_in=(1,)
     )
 
 

@@ -373,7 +373,7 @@ class BadAgentsEnv(SyntheticAgentsEnv):
         if self.case == "obs_shape":
             obs[bad] = np.zeros(obs[bad].shape[0] + 1, dtype=np.float32)
         elif self.case == "obs_dtype":
-            obs[bad] = obs[bad].astype(np.float64)
+            obs[bad] = obs[bad].astype(np.complex64)  # float64 would cast, as Sync casts it
         elif self.case == "missing_agent":
             del obs[bad]
         elif self.case == "unknown_agent":

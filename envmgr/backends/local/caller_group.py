@@ -40,6 +40,7 @@ from envmgr.envside.build import build_group
 from envmgr.envside.group import BuildFailed, EnvGroup, GroupSpec
 from envmgr.envside.serve import serve, serve_step
 from envmgr.errors import add_note
+from envmgr.protocol.info_columns import ROW_BYTES
 from envmgr.protocol.layout import Layout
 from envmgr.protocol.messages import Call, Command, Ready, Step
 from envmgr.protocol.shared_memory import SharedBuffers
@@ -102,9 +103,13 @@ class CallerBackend:
         return [*readies, self._group.ready(os.getpid())]
 
     def attach(
-        self, observation_space: gym.Space[Any], action_space: gym.Space[Any], ragged: Any = None
+        self,
+        observation_space: gym.Space[Any],
+        action_space: gym.Space[Any],
+        ragged: Any = None,
+        info_row_bytes: int = ROW_BYTES,
     ) -> SharedBuffers:
-        buffers = self.inner.attach(observation_space, action_space, ragged)
+        buffers = self.inner.attach(observation_space, action_space, ragged, info_row_bytes)
         r = self.layout.range(self.caller)
         assert self._group is not None
         views = buffers.slice(r.start, r.stop)

@@ -38,6 +38,7 @@ from envmgr.backends.local.collect import Collector
 from envmgr.backends.local.doorbell import KIND_PIPE, KIND_STEP, SHIP_TIMERS, ParentDoorbell
 from envmgr.backends.local.pool import LostWorker, WorkerPool, ctrl_c_held, pickled
 from envmgr.backends.local.wait import READY
+from envmgr.protocol.info_columns import ROW_BYTES
 from envmgr.protocol.layout import Layout
 from envmgr.protocol.messages import Attach, Command, Ready, Step
 from envmgr.protocol.shared_memory import SharedBuffers
@@ -117,11 +118,15 @@ class ProcessBackend:
         return readies
 
     def attach(
-        self, observation_space: gym.Space[Any], action_space: gym.Space[Any], ragged: Any = None
+        self,
+        observation_space: gym.Space[Any],
+        action_space: gym.Space[Any],
+        ragged: Any = None,
+        info_row_bytes: int = ROW_BYTES,
     ) -> SharedBuffers:
         n, pool = self.n_workers, self.pool
         self.buffers = buffers = SharedBuffers.create(
-            observation_space, action_space, self.layout.num_envs, n
+            observation_space, action_space, self.layout.num_envs, n, info_row_bytes
         )
         buffers.add_ragged(self.layout.sizes[:n], ragged, shared=True)
         for g, conn in enumerate(pool.conns):

@@ -26,6 +26,7 @@ from envmgr.backends.base import Lost, Waited, group_shares, remote_exception, u
 from envmgr.backends.ray.actor import actor_class, pack, unpack
 from envmgr.envside.serve import error_response
 from envmgr.errors import RayActorDiedError, RemoteTraceback, WorkerDiedError, WorkerTimeoutError
+from envmgr.protocol.info_columns import ROW_BYTES
 from envmgr.protocol.layout import Layout
 from envmgr.protocol.messages import Command, ErrorResponse, Ready, Step, StepResponse
 from envmgr.protocol.ragged import RaggedStore
@@ -149,12 +150,18 @@ class RayBackend:
         return answer  # type: ignore[no-any-return]
 
     def attach(
-        self, observation_space: gym.Space[Any], action_space: gym.Space[Any], ragged: Any = None
+        self,
+        observation_space: gym.Space[Any],
+        action_space: gym.Space[Any],
+        ragged: Any = None,
+        info_row_bytes: int = ROW_BYTES,
     ) -> Any:
         """The driver's private batch arrays; answers are copied in at each actor's rows."""
         layout = self.layout
         spaces = (observation_space, action_space)
-        self.buffers = SharedBuffers.private(*spaces, layout.num_envs, layout.n_groups)
+        self.buffers = SharedBuffers.private(
+            *spaces, layout.num_envs, layout.n_groups, info_row_bytes
+        )
         self.buffers.add_ragged(layout.sizes, ragged, shared=False)
         return self.buffers
 

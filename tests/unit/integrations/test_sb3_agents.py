@@ -1,7 +1,7 @@
 """SB3 PPO with parameter sharing over envmgr's multi-agent rows: a few hundred steps
-through ``EnvmgrVecEnv(make_parallel(...))`` train the same weights, bit for bit, as the
+through ``AgentsVecEnv`` train the same weights, bit for bit, as the
 same envs packed in this process by the serial reference behind SB3's ``VecEnv``
-interface (``ReferenceVecEnv`` below, SB3's same-step semantics as ``EnvmgrVecEnv``
+interface (``ReferenceVecEnv`` below, SB3's same-step semantics as ``AgentsVecEnv``
 documents them).
 
 The env keeps every agent alive until all are truncated together, so that every row is
@@ -26,8 +26,7 @@ from stable_baselines3.common.vec_env.base_vec_env import VecEnv  # noqa: E402
 from support.agent_envs import SyntheticAgentsEnv  # noqa: E402
 from support.agents_reference import ReferenceAgents  # noqa: E402
 
-from envmgr import make_parallel  # noqa: E402
-from envmgr.integrations.sb3 import EnvmgrVecEnv  # noqa: E402
+from envmgr.integrations.sb3_agents import AgentsVecEnv  # noqa: E402
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -94,9 +93,7 @@ def test_ppo_through_envmgr_trains_the_reference_weights() -> None:
     reference = ReferenceVecEnv()
     initial, want = train(reference)
     reference.close()
-    envs = EnvmgrVecEnv(
-        make_parallel(ENV_FN, NUM_ENVS, n_workers=1, autoreset_mode=AutoresetMode.SAME_STEP)
-    )
+    envs = AgentsVecEnv(ENV_FN, NUM_ENVS, n_workers=1)
     try:
         assert envs.num_envs == NUM_ENVS * 4
         _, got = train(envs)
