@@ -51,7 +51,7 @@ EnvFactory = Callable[[], gym.Env[Any, Any]]
 VectorEnvFactory = Callable[[int], gym.vector.VectorEnv]  # type: ignore[type-arg]
 
 #: How long a worker busy-polls (yielding its core) for the next command before
-#: it blocks. Measured with benchmarks/probe.py spin on a 2-vCPU VM: waking a
+#: it blocks. Measured with benchmarks/probes/probe.py spin on a 2-vCPU VM: waking a
 #: sleeping worker costs far more there than the 20 µs of a pipe hop (an idle
 #: vCPU must be woken by the host), and budgets of 1-2 ms beat 0.2 ms by
 #: 10-30% on compute-bound and CartPole batches; longer only burns idle CPU.
