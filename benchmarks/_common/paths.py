@@ -22,8 +22,11 @@ from pathlib import Path
 BENCHMARKS = Path(__file__).resolve().parents[1]
 #: The checkout's root: ``python -m benchmarks...`` runs from here.
 REPO = BENCHMARKS.parent
-#: The committed record of benchmark runs.
+#: The committed results: ``record/`` (the runs the documents cite), ``repeats.csv`` and
+#: ``experiments.md``.
 RESULTS = BENCHMARKS / "results"
+#: The runs README.md and docs/*.md cite; the report's tables read them.
+RECORD = RESULTS / "record"
 
 
 def _pythonpath_first(path: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:

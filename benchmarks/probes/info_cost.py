@@ -17,7 +17,7 @@ Part B, observations: one copy into shared memory (the worker) and one out (the 
 
 Every figure is a median over ``--repeats`` timeit runs, so compare figures of one run.
 
-    python -m benchmarks.probes.info_cost --out benchmarks/results/info_cost.txt
+    python -m benchmarks.probes.info_cost --out benchmarks/results/record/info_cost.txt
 """
 
 from __future__ import annotations

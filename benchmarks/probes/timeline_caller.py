@@ -4,7 +4,7 @@
 Usage (from the repository root)::
 
     python -m benchmarks.probes.timeline_caller --env halfcheetah --n 8 --batches 3000 \\
-        --out benchmarks/results/timeline_caller_halfcheetah.txt
+        --out benchmarks/results/record/timeline_caller_halfcheetah.txt
 
 The layout: one worker steps the first ``n / 2`` envs, the calling process the other
 ``n / 2`` (``caller_envs``), two processes on two cores as in the ceiling. Both processes

@@ -10,7 +10,7 @@ Run from the repository root::
 
     python -m benchmarks.report.doc_tables --write    # regenerate every marked table
     python -m benchmarks.report.doc_tables --check    # exit 1 naming each table that differs
-    python -m benchmarks.report.doc_tables --replot benchmarks/results/.../throughput.json
+    python -m benchmarks.report.doc_tables --replot benchmarks/results/record/throughput.json
 
 ``--check`` (and the docs' tests) fails when a committed table differs from what its results
 file gives, names a marker with no table, or a table with no marker. Every ratio is computed
@@ -27,7 +27,7 @@ Adding a table is one function in a ``tables_*`` module imported here and one ma
         report = load_json(newest("atari.json"))
         return caption(...) + rows_as_markdown(...)
 
-The throughput tables read the newest ``throughput.json`` under benchmarks/results/ (by its
+The throughput tables read the newest ``throughput.json`` under benchmarks/results/record/ (by its
 ``started_at``), so a newer full run shows up as a failing check until the docs are rewritten.
 """
 
@@ -38,6 +38,8 @@ import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+
+from benchmarks._common.paths import REPO
 
 # Each tables_* module registers its tables in TABLES when imported.
 from benchmarks.report import (  # noqa: F401
@@ -51,7 +53,7 @@ from benchmarks.report import (  # noqa: F401
     tables_timers,
 )
 from benchmarks.report.plot import plot, plot_title
-from benchmarks.report.tables import REPO, TABLES, load_json
+from benchmarks.report.tables import TABLES, load_json
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 # A block may be indented (a table inside a list item): its lines keep the opening marker's indent.

@@ -6,7 +6,7 @@ summary, the two examples' training results, the size of a full install, and thr
 costs the prose quotes (the action check, a syscall, a Ray call). None of those numbers is
 typed by hand: this script runs each command in a subprocess, exactly as the
 README shows it (plus, where a command writes a file, an option sending that file to a
-scratch directory), and writes ``benchmarks/results/outputs/<name>.json`` with the
+scratch directory), and writes ``benchmarks/results/record/outputs/<name>.json`` with the
 command, the date, the machine (``run_context.machine_info``), the load average, the git
 commit (and any uncommitted change outside benchmarks/results/) and the captured output
 with the numbers parsed from it. ``tables_outputs.py`` renders those records into the
@@ -46,9 +46,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common.paths import REPO, RESULTS, child_env
+from benchmarks._common.paths import RECORD, REPO, child_env
 
-OUTPUTS = RESULTS / "outputs"
+OUTPUTS = RECORD / "outputs"
 
 #: Seeds ``examples`` runs train_cartpole.py with beyond ``--seed 0`` (how the seed moves it).
 CEM_SEEDS = (1, 2, 3, 4, 5, 6)

@@ -11,9 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-BENCHMARKS = Path(__file__).resolve().parents[1]
-REPO = BENCHMARKS.parent
-RESULTS = BENCHMARKS / "results"
+from benchmarks._common.paths import RECORD, REPO
 
 #: Marker name -> the function writing its Markdown.
 TABLES: dict[str, Callable[[], str]] = {}
@@ -39,10 +37,10 @@ def load_json(path: Path) -> dict[str, Any]:
 
 
 def newest(file_name: str) -> Path:
-    """The most recent full run's ``file_name`` under benchmarks/results/ (by ``started_at``)."""
-    found = sorted(RESULTS.rglob(file_name), key=lambda p: load_json(p).get("started_at", ""))
+    """The most recent full run's ``file_name`` under results/record/ (by ``started_at``)."""
+    found = sorted(RECORD.rglob(file_name), key=lambda p: load_json(p).get("started_at", ""))
     if not found:
-        raise FileNotFoundError(f"no {file_name} under {RESULTS}")
+        raise FileNotFoundError(f"no {file_name} under {RECORD}")
     return found[-1]
 
 

@@ -2,7 +2,7 @@
 
 The action check per ``check_actions`` mode, a bare syscall, a Ray actor call against a
 pipe round trip, and how far identical workers' env times drift apart: each is rendered
-from a record in ``benchmarks/results/outputs/`` written by
+from a record in ``benchmarks/results/record/outputs/`` written by
 ``python -m benchmarks.report.record_outputs check-cost | syscall | ray-call | demo | examples``
 (the note under each block names its rerun command), then
 ``python -m benchmarks.report.doc_tables --write``.

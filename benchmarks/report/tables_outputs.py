@@ -2,7 +2,7 @@
 
 The demo's printed output, the soak test's summary, what the two examples reached and the
 size of a full install are measurements like the Performance tables: each is rendered here
-from its record in ``benchmarks/results/outputs/`` and never typed by hand. To rerun one,
+from its record in ``benchmarks/results/record/outputs/`` and never typed by hand. To rerun one,
 run the command its note names (e.g. ``python -m benchmarks.report.record_outputs demo``), then
 ``python -m benchmarks.report.doc_tables --write``.
 
@@ -16,9 +16,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from benchmarks.report.tables import REPO, RESULTS, load_json, table
+from benchmarks._common.paths import RECORD, REPO
+from benchmarks.report.tables import load_json, table
 
-OUTPUTS = RESULTS / "outputs"
+OUTPUTS = RECORD / "outputs"
 
 # ----------------------------------------------------------------- helpers
 
@@ -35,7 +36,7 @@ def note(path: Path, report: dict[str, Any], load: bool = True, lead: str = "Fro
     """Where a passage's numbers come from, in italics: the record, commit, date, machine.
 
     Args:
-        path: The record (``benchmarks/results/outputs/<name>.json``).
+        path: The record (``benchmarks/results/record/outputs/<name>.json``).
         report: Its contents.
         load: Whether to give the machine's load average when the recording started
             (it moves a speed; it does not move a size on disk).

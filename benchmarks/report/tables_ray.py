@@ -1,5 +1,5 @@
 """The Ray tables of docs/ray.md and docs/performance.md, read from the text that
-benchmarks/suites/ray_throughput.py and ``probe.py ray-graph`` print (saved in benchmarks/results/).
+``suites.ray_throughput`` and ``probes.probe ray-graph`` print (kept in results/record/).
 
 Registered with ``doc_tables.table``; see that module for the markers and the check.
 """
@@ -9,11 +9,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from benchmarks.report.tables import RESULTS, caption, markdown, rel, table
+from benchmarks._common.paths import RECORD
+from benchmarks.report.tables import caption, markdown, rel, table
 from benchmarks.report.text import fmt_rate, fmt_ratio
 
-RAY_TEXT = RESULTS / "ray_throughput.txt"
-RAY_GRAPH_TEXT = RESULTS / "ray_graph.txt"
+RAY_TEXT = RECORD / "ray_throughput.txt"
+RAY_GRAPH_TEXT = RECORD / "ray_graph.txt"
 _RAY_ROW = re.compile(
     r"^(?P<name>\S.*?)\s{2,}(?P<envs>\d+)\s+(?P<rate>[\d,]+)(?:\s+(?P<x>[\d.]+)x)?$"
 )

@@ -1,5 +1,5 @@
 """The real-env tables (Pong, HalfCheetah, Humanoid) of README.md and docs/performance.md,
-read from benchmarks/suites/realenv.py's JSON (benchmarks/results/realenv/realenv.json).
+read from benchmarks/suites/realenv.py's JSON (benchmarks/results/record/realenv/realenv.json).
 
 Registered with ``doc_tables.table``; see that module for the markers and the check.
 """
@@ -10,10 +10,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.report.tables import RESULTS, load_json, markdown, rel, table
+from benchmarks._common.paths import RECORD
+from benchmarks.report import repeats
+from benchmarks.report.tables import load_json, markdown, rel, table
 from benchmarks.report.text import fmt_rate
 
-REALENV = RESULTS / "realenv" / "realenv.json"
+REALENV = RECORD / "realenv" / "realenv.json"
 
 #: envmgr's layouts, in table order (realenv_peers.ENVMGR_LAYOUTS, without importing the
 #: benchmark harness and its envs into the doc tables).
@@ -83,7 +85,7 @@ def realenv() -> str:
     return _caption(report) + markdown(head, rows, "l" + "r" * (len(head) - 1))
 
 
-ALE_VECTOR = RESULTS / "realenv" / "ale_vector" / "realenv.json"
+ALE_VECTOR = RECORD / "realenv" / "ale_vector" / "realenv.json"
 
 
 #: The ``realenv-ale-vector`` table's columns after the env's: head, and the cell of a config
@@ -175,9 +177,9 @@ def realenv_peers() -> str:
     )
 
 
-#: Repeat runs of the same benchmark, kept beside the run of record: #21's targets are read
-#: over all of them, since one run moves a ratio by 0.1-0.2 on this VM.
-REPEATS = RESULTS / "realenv" / "repeats"
+#: Repeat runs of the same benchmark, kept as rows beside the run of record: #21's targets
+#: are read over all of them, since one run moves a ratio by 0.1-0.2 on this VM.
+REPEATS = repeats.REPEATS
 #: Issue #21's targets: label, env, n, what, threshold. ``what`` is an envmgr layout's ratio to
 #: the ceiling, ``best`` (the best of envmgr's layouts by that ratio), or ``best/PEER``
 #: (envmgr's fastest layout's median env-steps/s over the peer's, as ``realenv-peers``).
@@ -216,11 +218,10 @@ def target_value(config: dict[str, Any], what: str) -> tuple[float, str] | None:
     return rate / med[peer], best
 
 
-def realenv_runs() -> list[tuple[Path, dict[str, Any]]]:
+def realenv_runs() -> list[dict[str, Any]]:
     """The run of record and its repeats, oldest first."""
-    paths = [REALENV, *sorted(REPEATS.glob("*/realenv.json"))]
-    runs = [(p, load_json(p)) for p in paths if p.is_file()]
-    return sorted(runs, key=lambda run: str(run[1].get("started", "")))
+    runs = [load_json(REALENV), *(repeats.runs(REPEATS) if REPEATS.is_file() else [])]
+    return sorted(runs, key=lambda run: str(run.get("started", "")))
 
 
 @table("realenv-targets")
@@ -228,7 +229,7 @@ def realenv_targets() -> str:
     """#21's targets, as read in each recorded run: how many runs meet each one."""
     runs = realenv_runs()
     heads, columns = [], []
-    for _, report in runs:
+    for report in runs:
         machine = report.get("machine", {})
         commit = machine.get("git_commit", "?")
         # The VM's CPU changes from one sitting to the next (the model's first word is enough
@@ -262,7 +263,7 @@ def realenv_targets() -> str:
         rows.append(
             [label, f">= {needs:g}{'x' if '/' in what else ''}", *cells, f"{met} of {seen}"]
         )
-    sources = ", ".join(f"`{rel(p)}`" for p, _ in runs)
+    sources = f"`{rel(REALENV)}` and `{rel(REPEATS)}`"
     head = ["target (issue #21)", "needs", *heads, "met in"]
     return (
         f"*From {sources}: one column per run (its start, UTC, envmgr's commit and the VM's "
@@ -274,7 +275,7 @@ def realenv_targets() -> str:
     )
 
 
-TUNE_TEXT = RESULTS / "tune_halfcheetah.txt"
+TUNE_TEXT = RECORD / "tune_halfcheetah.txt"
 
 
 @table("tune-output")

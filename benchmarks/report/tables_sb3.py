@@ -1,5 +1,5 @@
 """The Stable-Baselines3 table of README.md, read from benchmarks/suites/sb3_ppo.py's JSON
-(benchmarks/results/sb3_ppo_halfcheetah.json).
+(benchmarks/results/record/sb3_ppo_halfcheetah.json).
 
 Registered with ``doc_tables.table``; see that module for the markers and the check.
 """
@@ -9,9 +9,10 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from benchmarks.report.tables import RESULTS, load_json, markdown, rel, table
+from benchmarks._common.paths import RECORD
+from benchmarks.report.tables import load_json, markdown, rel, table
 
-SB3_HALFCHEETAH = RESULTS / "sb3_ppo_halfcheetah.json"
+SB3_HALFCHEETAH = RECORD / "sb3_ppo_halfcheetah.json"
 
 
 def _label(config: str, n_envs: int) -> str:

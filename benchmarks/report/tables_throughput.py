@@ -1,5 +1,5 @@
 """The throughput tables of README.md and docs/performance.md, from the newest full run's
-``throughput.json`` and ``policy_loop.json`` under benchmarks/results/ (by ``started_at``).
+``throughput.json`` and ``policy_loop.json`` under benchmarks/results/record/ (by ``started_at``).
 
 Registered with ``tables.table``; ``doc_tables`` puts them into the documents.
 """

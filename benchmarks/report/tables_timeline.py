@@ -1,12 +1,13 @@
 """The caller_envs timeline table of docs/performance.md, from ``probes/timeline_caller.py``'s
-JSON records (``benchmarks/results/timeline_caller_*.json``).
+JSON records (``benchmarks/results/record/timeline_caller_*.json``).
 
 Registered with ``doc_tables.table``; see that module for the markers and the check.
 """
 
 from __future__ import annotations
 
-from benchmarks.report.tables import RESULTS, load_json, markdown, rel, table
+from benchmarks._common.paths import RECORD
+from benchmarks.report.tables import load_json, markdown, rel, table
 
 #: The records, in the table's order.
 RECORDS = ["halfcheetah", "halfcheetah_n32", "noop-info"]
@@ -18,7 +19,7 @@ def caller_timeline() -> str:
     against the bounds of the same run."""
     rows, sources = [], []
     for name in RECORDS:
-        path = RESULTS / f"timeline_caller_{name}.json"
+        path = RECORD / f"timeline_caller_{name}.json"
         rep = load_json(path)
         med, bound = rep["median_us"], rep["bounds_us"]
         batch = med["batch (post -> next post)"]

@@ -8,7 +8,7 @@ Usage (from the repository root)::
     python -m benchmarks.suites.policy_loop --caller-envs 16 --out mine/
 
 Results (``policy_loop.json`` and ``.txt``; ``policy_loop_quick.*`` with ``--quick``, which git
-ignores) go to ``benchmarks/results/`` beside this script, wherever it is run from, unless
+ignores) go to ``benchmarks/results/record/``, wherever it is run from, unless
 ``--out`` names another directory.
 
 Throughput tables time the envs alone; in training, the policy runs between steps, and
@@ -52,7 +52,7 @@ import numpy as np
 
 from benchmarks._common import envs as bench_envs
 from benchmarks._common.ceiling import SerialLoop
-from benchmarks._common.paths import RESULTS
+from benchmarks._common.paths import RECORD
 from benchmarks._common.run_context import machine_info
 from benchmarks._common.timing import (
     Runner,
@@ -192,7 +192,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--out",
         type=Path,
-        default=RESULTS,
+        default=RECORD,
         help="output directory (default: benchmarks/results beside this script)",
     )
     p.add_argument("--quick", action="store_true", help="2 rounds x 0.1 s (a smoke run)")

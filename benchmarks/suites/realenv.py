@@ -39,7 +39,7 @@ once, in an order that rotates, so load on the shared machine lands on all alike
 median env-steps/s over rounds, and each implementation's ratio to the ceiling taken within
 each round, as the min-max over rounds; for envmgr's layouts also the benchmark process's
 CPU per batch. JSON, a text table and a PNG go to ``--out``
-(default ``benchmarks/results/realenv/``; ``quick.*`` with ``--quick``).
+(default ``benchmarks/results/record/realenv/``; ``quick.*`` with ``--quick``).
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common.paths import RESULTS, child_env
+from benchmarks._common.paths import RECORD, child_env
 from benchmarks._common.realenv_peers import (
     ALL_ENVS,
     ALL_IMPLS,
@@ -264,8 +264,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--out",
         type=Path,
-        default=RESULTS / "realenv",
-        help="output directory (default: benchmarks/results/realenv/); "
+        default=RECORD / "realenv",
+        help="output directory (default: benchmarks/results/record/realenv/); "
         "writes realenv.json, .txt, .png (quick.* with --quick)",
     )
     p.add_argument("--no-plot", action="store_true")

@@ -179,13 +179,13 @@ def test_parent_instructions_child_steps_a_manager(tmp_path: Path) -> None:
 
 
 def test_policy_loop_writes_under_results_by_default(tmp_path: Path) -> None:
-    """Without --out a run's record goes to benchmarks/results/, not the directory it was
+    """Without --out a run's record goes to benchmarks/results/record/, not the directory it was
     started from (quick runs once littered the repository root)."""
     code = (
         "from benchmarks.suites import policy_loop; print(policy_loop.parse_args(['--quick']).out)"
     )
     out = run_code(code, cwd=tmp_path)
-    assert Path(out.strip()) == BENCH / "results"
+    assert Path(out.strip()) == BENCH / "results" / "record"
     assert list(tmp_path.iterdir()) == []
 
 
@@ -248,7 +248,7 @@ def test_unknown_marker_and_unused_table_are_named(tmp_path: Path) -> None:
 TARGETS_CHECK = """
 import copy, json, sys
 from pathlib import Path
-from benchmarks.report import tables_realenv as t
+from benchmarks.report import repeats, tables_realenv as t
 record = json.loads(Path(sys.argv[1]).read_text())
 tmp = Path(sys.argv[2])
 def run(name, started, step, caller, over_async):
@@ -270,8 +270,9 @@ def run(name, started, step, caller, over_async):
     path.write_text(json.dumps(report))
     return path
 t.REALENV = run("record", "2098-01-01 00:00:00 UTC", 0.72, 0.75, 1.5)
-run("repeats/b", "2099-01-01 00:00:00 UTC", 0.698, 0.81, 10.0)   # 0.698 rounds to 0.70
-t.REPEATS = tmp / "repeats"
+repeat = run("repeat", "2099-01-01 00:00:00 UTC", 0.698, 0.81, 10.0)   # 0.698 rounds to 0.70
+t.REPEATS = tmp / "repeats.csv"
+repeats.write(t.REPEATS, repeats.rows_of(json.loads(repeat.read_text())))
 t.rel = lambda path: path.relative_to(tmp).as_posix()  # the caption names files in the repo
 text = t.realenv_targets()
 lines = text.splitlines()
@@ -292,7 +293,7 @@ print("ok")
 def test_realenv_targets_read_every_run_and_round_without_flipping_a_verdict(
     tmp_path: Path,
 ) -> None:
-    record = BENCH / "results" / "realenv" / "realenv.json"
+    record = BENCH / "results" / "record" / "realenv" / "realenv.json"
     assert run_code(TARGETS_CHECK, str(record), str(tmp_path), cwd=tmp_path).startswith("ok")
 
 
@@ -316,13 +317,13 @@ print("ok", len(fig.axes))
 
 
 def test_plot_keeps_labels_off_the_data_and_colours_apart(tmp_path: Path) -> None:
-    out = run_code(PLOT_CHECK, str(BENCH / "results/2026-12-02/throughput.json"), cwd=tmp_path)
+    out = run_code(PLOT_CHECK, str(BENCH / "results/record/throughput.json"), cwd=tmp_path)
     assert out.startswith("ok")
 
 
 def test_replot_redraws_the_png_beside_a_report(tmp_path: Path) -> None:
     report = tmp_path / "throughput.json"
-    report.write_bytes((BENCH / "results/2026-12-02/throughput.json").read_bytes())
+    report.write_bytes((BENCH / "results/record/throughput.json").read_bytes())
     proc = report_tables("--replot", str(report), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "throughput.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -247,7 +247,7 @@ def test_bench_names_itself_and_writes_to_the_current_directory() -> None:
 
 
 def test_bench_runs_the_suite_in_the_current_directory(tmp_path: Path) -> None:
-    results = BENCHMARKS / "results"
+    results = BENCHMARKS / "results" / "record"
     before = {p: p.stat().st_mtime_ns for p in results.iterdir()}
     typed = [
         "bench", "--envs", "cartpole", "--n-envs", "4", "--impls", "serial,envmgr,envpool",
