@@ -4,8 +4,8 @@
 #
 #   bash benchmarks/before_after.sh OLD_CHECKOUT NEW_CHECKOUT [ROUNDS]
 #
-# Each round runs, per checkout: realenv.py on HalfCheetah-v5 n=8 (ceiling, envmgr `step`,
-# caller_envs; 1 round x 3 s) and throughput.py on CartPole 2 x 32 (ceiling, envmgr; 2 s).
+# Each round runs, per checkout: the realenv suite on HalfCheetah-v5 n=8 (ceiling, envmgr `step`,
+# caller_envs; 1 round x 3 s) and the throughput suite on CartPole 2 x 32 (ceiling, envmgr; 2 s).
 # Prints each case's per-round ratios to the ceiling of the same run, and their median.
 # Needs the bench extra (mujoco). A worktree makes the old checkout:
 #   git worktree add /tmp/before <commit>
@@ -16,10 +16,13 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 echo "before: $old @ $(git -C "$old" rev-parse --short HEAD); after: $new @ $(git -C "$new" rev-parse --short HEAD)$(git -C "$new" diff --quiet HEAD || echo ' + uncommitted changes')"
 echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs, load average $(cut -d' ' -f1 /proc/loadavg) at the start; $rounds rounds"
-run() {  # run TREE SCRIPT ARGS...: the tree's own script, its output kept for a failure
-    local tree=$1 script=$2
+run() {  # run TREE SUITE ARGS...: the tree's own suite, its output kept for a failure
+    local tree=$1 script=$2 how
     shift 2
-    if ! (cd "$tree" && PYTHONPATH=$tree python "benchmarks/$script" "$@") >"$out/log" 2>&1; then
+    # A checkout from before benchmarks/ was a package has its suites as scripts.
+    if [[ -f $tree/benchmarks/suites/$script.py ]]; then how=(-m "benchmarks.suites.$script")
+    else how=("benchmarks/$script.py"); fi
+    if ! (cd "$tree" && PYTHONPATH=$tree python "${how[@]}" "$@") >"$out/log" 2>&1; then
         tail -n 20 "$out/log" >&2
         echo "FAIL: $script in $tree" >&2
         exit 1
@@ -29,9 +32,9 @@ for r in $(seq 1 "$rounds"); do
     if ((r % 2)); then order=("$old" "$new"); else order=("$new" "$old"); fi
     for tree in "${order[@]}"; do
         tag=$([[ $tree == "$old" ]] && echo before || echo after)
-        run "$tree" realenv.py --envs halfcheetah --n-envs 8 --impls ceiling,envmgr,envmgr-caller \
+        run "$tree" realenv --envs halfcheetah --n-envs 8 --impls ceiling,envmgr,envmgr-caller \
             --rounds 1 --seconds 3 --warmup 1 --no-plot --out "$out/realenv-$tag-$r"
-        run "$tree" throughput.py --envs cartpole --n-envs 64 --impls ceiling,envmgr \
+        run "$tree" throughput --envs cartpole --n-envs 64 --impls ceiling,envmgr \
             --repeats 1 --seconds 2 --skip-extras --no-plot --out "$out/throughput-$tag-$r"
     done
 done

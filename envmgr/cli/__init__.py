@@ -6,7 +6,7 @@ Commands:
 * ``envmgr timers show|fold|plot|workers FILE`` - read a ``timers.json`` (ours or ML-Agents')
   and print it as a table, write folded stacks for flame-graph tools, draw an icicle chart,
   or summarise the worker processes (:mod:`envmgr.cli.timers`).
-* ``envmgr bench`` - the throughput suite (``benchmarks/throughput.py``, from a checkout).
+* ``envmgr bench`` - the throughput suite (``benchmarks/suites/throughput.py``, from a checkout).
 * ``envmgr tune ENV_ID`` - measure the layouts for an env, print the fastest call
   (:mod:`envmgr.cli.tune`, :mod:`envmgr.tune`).
 
@@ -141,25 +141,26 @@ def _bench_argv(extra: Sequence[str]) -> list[str]:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    """Run benchmarks/throughput.py from the source tree, passing the arguments on."""
-    script = Path(__file__).resolve().parents[2] / "benchmarks" / "throughput.py"
-    if not script.is_file():
+    """Run the throughput suite (``python -m benchmarks.suites.throughput``) of the source
+    tree in a child interpreter, passing the arguments on; its exit code."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+    if not (root / "benchmarks" / "suites" / "throughput.py").is_file():
         raise CommandError(
-            "the benchmark suite lives in the source tree (benchmarks/throughput.py); "
+            "the benchmark suite lives in the source tree (benchmarks/suites/throughput.py); "
             "install envmgr from a checkout (pip install -e .) to run it"
         )
-    import runpy
-
-    saved = sys.argv
-    sys.argv = [str(script), *_bench_argv(getattr(args, "extra", []))]
-    try:
-        runpy.run_path(str(script), run_name="__main__")
-    except SystemExit as exc:
-        code = exc.code
-        return code if isinstance(code, int) else (0 if code is None else EXIT_BAD_FILE)
-    finally:
-        sys.argv = saved
-    return EXIT_OK
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(root), *filter(None, [env.get("PYTHONPATH")])])
+    argv = [sys.executable, "-m", "benchmarks.suites.throughput"]
+    suite = subprocess.Popen([*argv, *_bench_argv(getattr(args, "extra", []))], env=env)
+    while True:
+        try:
+            return suite.wait()
+        except KeyboardInterrupt:
+            # The suite has the same Ctrl-C (one process group) and stops its own way.
+            continue
 
 
 # ------------------------------------------------------------------ tune
@@ -229,8 +230,8 @@ def _parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser(
         "bench",
-        help="run the benchmark suite (benchmarks/throughput.py) side by side with peers",
-        description="Run benchmarks/throughput.py: envmgr against the serial loop, "
+        help="run the benchmark suite (benchmarks/suites/throughput.py) side by side with peers",
+        description="Run benchmarks/suites/throughput.py: envmgr against the serial loop, "
         "Gymnasium's Sync/AsyncVectorEnv and EnvPool, with a progress bar; prints the "
         "table and writes JSON and a plot. Every further argument goes to the script "
         "(see `envmgr bench --help-suite`, or benchmarks/README.md).",

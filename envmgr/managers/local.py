@@ -53,8 +53,8 @@ VectorEnvFactory = Callable[[int], gym.vector.VectorEnv]  # type: ignore[type-ar
 #: How long a worker busy-polls (yielding its core) for the next command before
 #: it blocks. On a VM, waking a sleeping worker costs far more than a pipe hop (an
 #: idle vCPU must be woken by the host), so a budget of about a step's interval
-#: keeps workers awake between batches; longer only burns idle CPU (the spin probe
-#: in benchmarks/ measures it).
+#: keeps workers awake between batches; longer only burns idle CPU
+#: (``python -m benchmarks.probes.probe spin`` measures it).
 DEFAULT_SPIN_SECONDS = 1e-3
 
 

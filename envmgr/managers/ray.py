@@ -15,7 +15,7 @@ arguments, the documentation and the Ray connection, and builds the backend::
 * One actor per node (or per group of cores) owns many envs. A Ray actor call
   costs about ten times a pipe round trip to a child process (under a millisecond
   against tens of microseconds on the 2-vCPU machine of
-  ``benchmarks/results/outputs/ray_call.json``), so each call carries a whole batch:
+  ``benchmarks/results/record/outputs/ray_call.json``), so each call carries a whole batch:
   one call per actor per batch step, answered with the actor's rows of the batch.
 * Inside an actor the envs are stepped inline (``workers_per_actor`` 0 or 1) or
   by envmgr's own :class:`~envmgr.SubprocessEnvManager`, hosted as a batched env,

@@ -54,7 +54,7 @@ def copy_tree(dst: Any, src: Any) -> None:
         # A batch kept as columns (a vectorized env's ``state.T``, CartPole's): one copy
         # per column runs along the rows; numpy's element-wise transposing loop over an
         # (n, 4) array takes 1.3-1.9x as long at 1,024 rows, 3x at 8,192 (fewer rows:
-        # the per-column calls cost more than they save; `benchmarks/probe.py
+        # the per-column calls cost more than they save; `benchmarks/probes/probe.py
         # column-copy`).
         for j in range(src.shape[1]):
             dst[:, j] = src[:, j]

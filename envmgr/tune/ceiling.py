@@ -10,7 +10,7 @@ rounds as the layouts. Each steps single envs with next-step autoreset, or, for 
 layouts, one env from the id's vector entry point over its share.
 
 :class:`BlockProcesses` is the shell around them, written once for the tuner and the
-benchmarks (``benchmarks/ceiling.py``)::
+benchmarks (``benchmarks/_common/ceiling.py``)::
 
     parent                                   process p
     BlockProcesses(ctx, builders) --start--> block = builders[p]()   ("ok" once built)

@@ -86,7 +86,7 @@ def test_the_observation_writer_copies_in_one_pass_when_the_dtype_matches(
     """A worker's views carry an unpickled dtype, never the instance an env's arrays carry.
     Compared by identity, every batch took the checked slow path (np.copyto of a list),
     which cost CartPole 2 x 32 about a fifth of its rate
-    (benchmarks/results/before_after_2026-12-03d.txt)."""
+    (benchmarks/results/record/before_after_2026-12-03d.txt)."""
     import pickle
 
     from envmgr.envside.single_group import _make_writer

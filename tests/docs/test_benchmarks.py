@@ -1,8 +1,7 @@
 """The benchmark scripts run end to end at tiny sizes and write where they are told.
 
-They run as a user would, in a subprocess (benchmarks/ is not a package, and its
-``envs`` module would clash with the tests' own). Only the structure of the results is
-checked, never a speed.
+They run as a user would, ``python -m benchmarks.<folder>.<name>`` in a subprocess with the
+checkout on ``PYTHONPATH``. Only the structure of the results is checked, never a speed.
 """
 
 from __future__ import annotations
@@ -20,11 +19,12 @@ pytestmark = pytest.mark.timeout(240)
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
-def run(script: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def run(module: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``python -m benchmarks.<module> args`` in ``cwd``; the finished process (exit code 0)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(BENCH.parent), *filter(None, [env.get("PYTHONPATH")])])
     proc = subprocess.run(
-        [sys.executable, str(BENCH / script), *args],
+        [sys.executable, "-m", f"benchmarks.{module}", *args],
         cwd=cwd,
         capture_output=True,
         text=True,
@@ -36,14 +36,14 @@ def run(script: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 def run_code(code: str, *args: str, cwd: Path, timeout: float = 120) -> str:
-    """``python -c code args`` with benchmarks/ importable; returns its stdout."""
+    """``python -c code args`` with the benchmarks package importable; returns its stdout."""
     proc = subprocess.run(
         [sys.executable, "-c", code, *args],
         cwd=cwd,
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(BENCH), str(BENCH.parent)])},
+        env={**os.environ, "PYTHONPATH": str(BENCH.parent)},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout
@@ -51,7 +51,7 @@ def run_code(code: str, *args: str, cwd: Path, timeout: float = 120) -> str:
 
 def test_throughput_ceiling_extras_and_output_in_cwd(tmp_path: Path) -> None:
     proc = run(
-        "throughput.py",
+        "suites.throughput",
         "--envs", "noop,cartpole-vector", "--n-envs", "4", "--vector-n-envs", "8",
         "--impls", "serial,ceiling,envmgr", "--repeats", "1", "--seconds", "0.05",
         "--warmup", "0.01", "--pre-sample-steps", "2", "--setup-repeats", "1",
@@ -83,14 +83,22 @@ def test_throughput_ceiling_extras_and_output_in_cwd(tmp_path: Path) -> None:
 def test_throughput_out_directory_and_usage_errors(tmp_path: Path) -> None:
     out = tmp_path / "results"
     run(
-        "throughput.py", "--envs", "noop", "--n-envs", "2", "--impls", "serial",
+        "suites.throughput", "--envs", "noop", "--n-envs", "2", "--impls", "serial",
         "--repeats", "1", "--seconds", "0.02", "--warmup", "0.01", "--skip-extras",
         "--quick", "--no-plot", "--out", str(out),
         cwd=tmp_path,
     )  # fmt: skip
     assert sorted(p.name for p in out.iterdir()) == ["quick.json", "quick.txt"]
     bad = subprocess.run(
-        [sys.executable, str(BENCH / "throughput.py"), "--prog", "envmgr bench", "--envs", "x"],
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.suites.throughput",
+            "--prog",
+            "envmgr bench",
+            "--envs",
+            "x",
+        ],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -102,7 +110,9 @@ def test_throughput_out_directory_and_usage_errors(tmp_path: Path) -> None:
 
 
 def test_policy_loop_smoke(tmp_path: Path) -> None:
-    proc = run("policy_loop.py", "--quick", "--n-envs", "8", "--out", str(tmp_path), cwd=tmp_path)
+    proc = run(
+        "suites.policy_loop", "--quick", "--n-envs", "8", "--out", str(tmp_path), cwd=tmp_path
+    )
     report = json.loads((tmp_path / "policy_loop_quick.json").read_text())
     loops = {name.split("/")[0] for name in report["median_steps_per_second"]}
     assert {"serial", "sync", "pool"} <= loops
@@ -115,7 +125,7 @@ def test_timeline_splits_every_batch_into_its_segments(tmp_path: Path) -> None:
     negative, and the ceiling of the same run is set beside it."""
     out = tmp_path / "timeline.txt"
     args = ["--env", "noop", "--n", "4", "--batches", "300", "--seconds", "0.1"]
-    proc = run("timeline.py", *args, "--out", str(out), cwd=tmp_path)
+    proc = run("probes.timeline", *args, "--out", str(out), cwd=tmp_path)
     assert out.read_text() == proc.stdout
     rows = {
         line[:40].strip(): [float(x) for x in line[40:].split()]
@@ -142,7 +152,9 @@ def test_caller_timeline_adds_up_to_the_batch_it_splits(tmp_path: Path) -> None:
     and the bounds of the same run are reported beside it."""
     out, data = tmp_path / "timeline.txt", tmp_path / "timeline.json"
     args = ["--env", "noop-info", "--n", "4", "--batches", "300", "--seconds", "0.1"]
-    proc = run("timeline_caller.py", *args, "--out", str(out), "--json", str(data), cwd=tmp_path)
+    proc = run(
+        "probes.timeline_caller", *args, "--out", str(out), "--json", str(data), cwd=tmp_path
+    )
     assert out.read_text() == proc.stdout
     rep = json.loads(data.read_text())
     medians, per_batch = rep["median_us"], rep["median_us"]["batch (post -> next post)"]
@@ -162,27 +174,30 @@ def test_caller_timeline_adds_up_to_the_batch_it_splits(tmp_path: Path) -> None:
 def test_parent_instructions_child_steps_a_manager(tmp_path: Path) -> None:
     """The script's traced child (valgrind itself is not needed for this) builds and steps
     the manager whose parent it counts."""
-    run("parent_instructions.py", "--child", "2,3,0,5,noop", cwd=tmp_path)
-    run("parent_instructions.py", "--child", "1,2,2,5,noop-info", cwd=tmp_path)  # caller_envs
+    run("probes.parent_instructions", "--child", "2,3,0,5,noop", cwd=tmp_path)
+    run("probes.parent_instructions", "--child", "1,2,2,5,noop-info", cwd=tmp_path)  # caller_envs
 
 
 def test_policy_loop_writes_under_results_by_default(tmp_path: Path) -> None:
-    """Without --out a run's record goes to benchmarks/results/, not the directory it was
+    """Without --out a run's record goes to benchmarks/results/record/, not the directory it was
     started from (quick runs once littered the repository root)."""
-    code = "import policy_loop; print(policy_loop.parse_args(['--quick']).out)"
+    code = (
+        "from benchmarks.suites import policy_loop; print(policy_loop.parse_args(['--quick']).out)"
+    )
     out = run_code(code, cwd=tmp_path)
-    assert Path(out.strip()) == BENCH / "results"
+    assert Path(out.strip()) == BENCH / "results" / "record"
     assert list(tmp_path.iterdir()) == []
 
 
 def report_tables(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """``bench_report.py`` on the docs' generated tables; returns the finished process."""
+    """``benchmarks.report.doc_tables`` on the docs' generated tables; the finished process."""
     return subprocess.run(
-        [sys.executable, str(BENCH / "bench_report.py"), *args],
+        [sys.executable, "-m", "benchmarks.report.doc_tables", *args],
         cwd=cwd,
         capture_output=True,
         text=True,
         timeout=60,
+        env={**os.environ, "PYTHONPATH": str(BENCH.parent)},
     )
 
 
@@ -233,7 +248,7 @@ def test_unknown_marker_and_unused_table_are_named(tmp_path: Path) -> None:
 TARGETS_CHECK = """
 import copy, json, sys
 from pathlib import Path
-import tables_realenv as t
+from benchmarks.report import repeats, tables_realenv as t
 record = json.loads(Path(sys.argv[1]).read_text())
 tmp = Path(sys.argv[2])
 def run(name, started, step, caller, over_async):
@@ -255,8 +270,9 @@ def run(name, started, step, caller, over_async):
     path.write_text(json.dumps(report))
     return path
 t.REALENV = run("record", "2098-01-01 00:00:00 UTC", 0.72, 0.75, 1.5)
-run("repeats/b", "2099-01-01 00:00:00 UTC", 0.698, 0.81, 10.0)   # 0.698 rounds to 0.70
-t.REPEATS = tmp / "repeats"
+repeat = run("repeat", "2099-01-01 00:00:00 UTC", 0.698, 0.81, 10.0)   # 0.698 rounds to 0.70
+t.REPEATS = tmp / "repeats.csv"
+repeats.write(t.REPEATS, repeats.rows_of(json.loads(repeat.read_text())))
 t.rel = lambda path: path.relative_to(tmp).as_posix()  # the caption names files in the repo
 text = t.realenv_targets()
 lines = text.splitlines()
@@ -277,19 +293,19 @@ print("ok")
 def test_realenv_targets_read_every_run_and_round_without_flipping_a_verdict(
     tmp_path: Path,
 ) -> None:
-    record = BENCH / "results" / "realenv" / "realenv.json"
+    record = BENCH / "results" / "record" / "realenv" / "realenv.json"
     assert run_code(TARGETS_CHECK, str(record), str(tmp_path), cwd=tmp_path).startswith("ok")
 
 
 PLOT_CHECK = """
 import json, sys
 from matplotlib.colors import to_hex
-import bench_report
+from benchmarks.report import plot, text
 report = json.loads(open(sys.argv[1]).read())
-fig = bench_report.figure(report["configs"], "t")
+fig = plot.figure(report["configs"], "t")
 assert len(fig.legends) == 1, "one legend, below the panels"
-assert sorted(set(bench_report.COLOURS.values())) == sorted(bench_report.COLOURS.values())
-assert set(bench_report.COLOURS) == set(bench_report.LABELS)
+assert sorted(set(plot.COLOURS.values())) == sorted(plot.COLOURS.values())
+assert set(plot.COLOURS) == set(text.LABELS)
 for ax in fig.axes:
     if not ax.get_visible():
         continue
@@ -301,13 +317,13 @@ print("ok", len(fig.axes))
 
 
 def test_plot_keeps_labels_off_the_data_and_colours_apart(tmp_path: Path) -> None:
-    out = run_code(PLOT_CHECK, str(BENCH / "results/2026-12-02/throughput.json"), cwd=tmp_path)
+    out = run_code(PLOT_CHECK, str(BENCH / "results/record/throughput.json"), cwd=tmp_path)
     assert out.startswith("ok")
 
 
 def test_replot_redraws_the_png_beside_a_report(tmp_path: Path) -> None:
     report = tmp_path / "throughput.json"
-    report.write_bytes((BENCH / "results/2026-12-02/throughput.json").read_bytes())
+    report.write_bytes((BENCH / "results/record/throughput.json").read_bytes())
     proc = report_tables("--replot", str(report), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "throughput.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -319,7 +335,7 @@ def test_realenv_quick_measures_every_implementation(tmp_path: Path) -> None:
     pytest.importorskip("mujoco")
     import importlib.util
 
-    proc = run("realenv.py", "--quick", "--out", str(tmp_path), cwd=tmp_path)
+    proc = run("suites.realenv", "--quick", "--out", str(tmp_path), cwd=tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["quick.json", "quick.png", "quick.txt"]
     report = json.loads((tmp_path / "quick.json").read_text())
     (config,) = report["configs"]
@@ -343,7 +359,7 @@ def test_realenv_quick_measures_every_implementation(tmp_path: Path) -> None:
 RENDER_OUTPUTS = """
 import json, sys
 from pathlib import Path
-import record_outputs, tables_outputs
+from benchmarks.report import record_outputs, tables_outputs
 out = Path(sys.argv[1])
 print(tables_outputs.demo_block(out / "demo.json"))
 print(tables_outputs.soak_paragraph(out / "soak.json"))
@@ -362,9 +378,9 @@ def test_record_outputs_smoke(tmp_path: Path) -> None:
     mark (about a minute); the examples themselves are smoke-run by test_train_example.py
     and test_sb3.py."""
     out = tmp_path / "outputs"
-    run("record_outputs.py", "--out", str(out), "demo", "--seconds", "0.3", cwd=tmp_path)
+    run("report.record_outputs", "--out", str(out), "demo", "--seconds", "0.3", cwd=tmp_path)
     run(
-        "record_outputs.py", "--out", str(out), "soak", "--steps", "3200",
+        "report.record_outputs", "--out", str(out), "soak", "--steps", "3200",
         "--kill-every", "0.05", "--fork-kill-every", "0.05",
         cwd=tmp_path,
     )  # fmt: skip
@@ -373,14 +389,14 @@ def test_record_outputs_smoke(tmp_path: Path) -> None:
     (site / "nvidia").mkdir()
     (site / "torch" / "lib.so").write_bytes(b"\0" * 200_000)
     venv = str(tmp_path / "venv")
-    run("record_outputs.py", "--out", str(out), "install-size", "--venv", venv, cwd=tmp_path)
+    run("report.record_outputs", "--out", str(out), "install-size", "--venv", venv, cwd=tmp_path)
     assert sorted(p.name for p in out.iterdir()) == ["demo.json", "install_size.json", "soak.json"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["outputs", "venv"]
 
     demo = json.loads((out / "demo.json").read_text())
     (r,) = demo["runs"]
     assert r["command"] == "python -m envmgr demo --seconds 0.3"
-    assert demo["rerun"] == "python benchmarks/record_outputs.py demo --seconds 0.3"
+    assert demo["rerun"] == "python -m benchmarks.report.record_outputs demo --seconds 0.3"
     assert r["parsed"]["env_steps"] == 32 * r["parsed"]["batch_steps"] > 0
     assert Path(demo["envmgr_imported_from"]).parent.parent == BENCH.parent
     assert {"git_commit", "nproc"} <= set(demo["machine"])
@@ -388,8 +404,8 @@ def test_record_outputs_smoke(tmp_path: Path) -> None:
     soak = json.loads((out / "soak.json").read_text())
     commands = [r["command"] for r in soak["runs"]]
     assert commands == [
-        "python benchmarks/soak.py --steps 3200 --kill-every 0.05",
-        "python benchmarks/soak.py --steps 3200 --kill-every 0.05 --context fork",
+        "python -m benchmarks.probes.soak --steps 3200 --kill-every 0.05",
+        "python -m benchmarks.probes.soak --steps 3200 --kill-every 0.05 --context fork",
     ]
     assert all(r["parsed"]["ok"] and r["parsed"]["steps_lost"] == 0 for r in soak["runs"])
     (size,) = json.loads((out / "install_size.json").read_text())["runs"]
@@ -406,7 +422,7 @@ def test_record_outputs_smoke(tmp_path: Path) -> None:
 RENDER_COSTS = """
 import sys
 from pathlib import Path
-import tables_costs
+from benchmarks.report import tables_costs
 out = Path(sys.argv[1])
 for arg in sys.argv[2:]:  # renderer:record
     name, record = arg.split(":")
@@ -418,15 +434,16 @@ def test_check_cost_and_syscall_recorders_smoke(tmp_path: Path) -> None:
     """record_outputs.py's check-cost and syscall, at tiny sizes, write records (one
     median per space and mode, per call) that tables_costs.py renders."""
     out = tmp_path / "outputs"
-    run("record_outputs.py", "--out", str(out), "check-cost", "--rounds", "1", "--number", "20",
+    run("report.record_outputs", "--out", str(out), "check-cost", "--rounds", "1", "--number", "20",
         cwd=tmp_path)  # fmt: skip
-    run("record_outputs.py", "--out", str(out), "syscall", "--rounds", "2", "--number", "50",
+    run("report.record_outputs", "--out", str(out), "syscall", "--rounds", "2", "--number", "50",
         cwd=tmp_path)  # fmt: skip
     assert sorted(p.name for p in out.iterdir()) == ["check_cost.json", "syscall_cost.json"]
     check = json.loads((out / "check_cost.json").read_text())
     (r,) = check["runs"]
-    assert r["command"] == "python benchmarks/check_cost.py --rounds 1 --number 20"
-    assert check["rerun"] == "python benchmarks/record_outputs.py check-cost --rounds 1 --number 20"
+    assert r["command"] == "python -m benchmarks.probes.check_cost --rounds 1 --number 20"
+    rerun = "python -m benchmarks.report.record_outputs check-cost --rounds 1 --number 20"
+    assert check["rerun"] == rerun
     assert {"git_commit", "nproc"} <= set(check["machine"])
     p = r["parsed"]
     assert p["modes"] == ["safe", "strict", "off"] and p["config"]["n_envs"] == 64
@@ -442,7 +459,8 @@ def test_check_cost_and_syscall_recorders_smoke(tmp_path: Path) -> None:
     assert '| µs per valid batch of 64 | `"safe"` | `"strict"` | `"off"` |' in rendered
     assert "| MultiBinary(8), int64 batch | " in rendered
     assert "A bare syscall (`os.getppid()`) costs " in rendered
-    assert "rerun: `python benchmarks/record_outputs.py syscall --rounds 2 --number 50`" in rendered
+    rerun = "python -m benchmarks.report.record_outputs syscall --rounds 2 --number 50"
+    assert f"rerun: `{rerun}`" in rendered
 
 
 def test_ray_call_recorder_smoke(tmp_path: Path) -> None:
@@ -450,11 +468,11 @@ def test_ray_call_recorder_smoke(tmp_path: Path) -> None:
     and shut down in the script) and tables_costs.py renders them."""
     pytest.importorskip("ray")
     out = tmp_path / "outputs"
-    run("record_outputs.py", "--out", str(out), "ray-call", "--rounds", "1", "--calls", "3",
+    run("report.record_outputs", "--out", str(out), "ray-call", "--rounds", "1", "--calls", "3",
         "--warmup", "0.2", cwd=tmp_path)  # fmt: skip
     report = json.loads((out / "ray_call.json").read_text())
     (r,) = report["runs"]
-    assert r["command"] == "python benchmarks/ray_call.py --rounds 1 --calls 3 --warmup 0.2"
+    assert r["command"] == "python -m benchmarks.probes.ray_call --rounds 1 --calls 3 --warmup 0.2"
     kinds = r["parsed"]["kinds"]
     assert set(kinds) == {"pipe", "ray_bare", "ray_arrays", "ray_packed"}
     assert all(k["median_us"] > 0 and len(k["rounds_us"]) == 1 for k in kinds.values())
@@ -471,7 +489,7 @@ def test_ray_call_recorder_smoke(tmp_path: Path) -> None:
 WORKER_NOISE = """
 import sys
 from pathlib import Path
-import tables_costs
+from benchmarks.report import tables_costs
 print(tables_costs.worker_noise_sentence([Path(sys.argv[1])]))
 """
 

@@ -25,7 +25,7 @@ from envmgr.protocol.shared_memory import SharedBuffers
 __all__ = ["EnvActor", "actor_class", "pack", "unpack"]
 
 # Small payloads cross as one pickled ``bytes`` each way: Ray moves a bytes object
-# more cheaply than a tuple of numpy arrays (``benchmarks/ray_call.py`` measures a
+# more cheaply than a tuple of numpy arrays (``benchmarks/probes/ray_call.py`` measures a
 # 64-env step both ways; docs/ray.md has the recorded figures). Large ones keep Ray's
 # own zero-copy path for arrays.
 _PACK_LIMIT = 256 * 1024

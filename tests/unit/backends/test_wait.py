@@ -17,7 +17,6 @@ import functools
 import multiprocessing as mp
 import os
 import select
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,13 +28,10 @@ import numpy as np
 import pytest
 from support.fault_envs import EXIT_CODE, fault_env_fns
 
+from benchmarks._common.floor import FloorPingPong
 from envmgr import SubprocessEnvManager, WorkerDiedError
 from envmgr.backends.local import doorbell
 from envmgr.backends.local.wait import Quietly, Until, wait_until
-
-# benchmarks/ goes last on the path: its envs module must not shadow the tests' own.
-sys.path.append(str(Path(__file__).resolve().parents[3] / "benchmarks"))
-from floor import FloorPingPong  # noqa: E402
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -172,7 +168,7 @@ def test_no_sleep_runs_past_the_deadline() -> None:
 @pytest.fixture
 def two_workers() -> Iterator[FloorPingPong]:
     """A parent doorbell and two worker processes answering through theirs, never spinning
-    (``benchmarks/floor.py``'s rig: the floor the benchmarks time is the one tested here)."""
+    (``benchmarks._common.floor``'s rig: the floor the benchmarks time is the one tested here)."""
     # As the manager does (managers/local.py): whichever test starts the forkserver
     # first decides what every later worker finds imported already.
     mp.get_context("forkserver").set_forkserver_preload(["envmgr.backends.local.worker"])

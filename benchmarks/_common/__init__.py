@@ -1,0 +1,1 @@
+"""What the suites and probes share: envs, implementations, the ceiling, timing, run context."""

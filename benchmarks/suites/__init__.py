@@ -1,0 +1,1 @@
+"""Suites: envmgr against its peers and yardsticks (``throughput`` is ``envmgr bench``)."""
