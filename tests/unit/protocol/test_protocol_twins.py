@@ -35,6 +35,9 @@ def test_group_with_ids_names_only_what_whole_groups_names_alike(sizes: tuple[in
         checked, groups = layout.whole_groups(ids, "workers")
         assert groups == [g], ids
         assert np.array_equal(checked, ids), ids
+        # What the shortcut lets post_step assume: the group's envs, in order.
+        r = layout.range(g)
+        assert np.array_equal(ids, np.arange(r.start, r.stop)), ids
     # The shortcut fires for recv's ids of every group, or the comparison proves little.
     for g in range(layout.n_groups):
         r = layout.range(g)

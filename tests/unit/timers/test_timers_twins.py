@@ -18,22 +18,27 @@ def shape(node: timers.TimerNode) -> Any:
 
 def timer_and_push() -> tuple[bool, bool, Any, Any]:
     """The same two nested timers opened through ``hierarchical_timer`` (naming no stack)
-    and through ``push`` on a stack of their own. Whether the timer's nodes went on the
-    stack ``get_default_stack()`` returns, as its innermost then closed; both shapes."""
+    and through ``push`` on a stack of their own, twice each. Whether the timer's node went
+    on the stack ``get_default_stack()`` returns, as its innermost, and was found again the
+    second time as ``push`` finds its own; whether both closed; both shapes."""
     general = timers.get_default_stack()
-    with timers.hierarchical_timer("outer"):
-        with timers.hierarchical_timer("inner"):
-            inside = general.current()
+    entered = []
+    for _ in range(2):  # a second entry finds the node the first one made
+        with timers.hierarchical_timer("outer"):
+            with timers.hierarchical_timer("inner") as node:
+                entered.append((general.current(), node))
     opened = general.root.children["outer"].children["inner"]
     twin = timers.TimerStack()
-    twin.push("outer")
-    pushed = twin.push("inner")
-    on_top = twin.current() is pushed
-    twin.pop()
-    twin.pop()
+    pushed = []
+    for _ in range(2):
+        twin.push("outer")
+        pushed.append(twin.push("inner"))
+        twin.pop()
+        twin.pop()
+    reused = pushed[0] is pushed[1] is twin.root.children["outer"].children["inner"]
     closed = general.current() is general.root and twin.current() is twin.root
     return (
-        inside is opened and on_top,
+        all(inside is node is opened for inside, node in entered) and reused,
         closed,
         shape(general.root.children["outer"]),
         shape(twin.root.children["outer"]),
@@ -60,6 +65,6 @@ def test_a_timer_opens_the_node_push_opens_on_the_stack_get_default_stack_return
     else:
         got = timer_and_push()
     on_the_default_stack, closed, by_timer, by_push = got
-    assert on_the_default_stack
-    assert closed
+    assert on_the_default_stack, "the timer's node is not the one push opens and finds again"
+    assert closed, "a timer or a push left its node open"
     assert by_timer == by_push == {"inner": {}}
