@@ -14,8 +14,8 @@ Each measurement runs in a fresh interpreter (``--one MODE``); rounds are interl
 (every mode once per round, the order rotated), and the report gives each mode's median
 env-steps/s and its ratio to the ceiling's median. Run from the repository root::
 
-    python -m benchmarks.ragged_bench               # rounds of 10 s each
-    python -m benchmarks.ragged_bench --quick       # a smoke run: tiny durations
+    python -m benchmarks.suites.ragged               # rounds of 10 s each
+    python -m benchmarks.suites.ragged --quick       # a smoke run: tiny durations
 """
 
 from __future__ import annotations
@@ -153,7 +153,7 @@ def _fresh(mode: str, seconds: float) -> float:
     cmd = [
         sys.executable,
         "-m",
-        "benchmarks.ragged_bench",
+        "benchmarks.suites.ragged",
         "--one",
         mode,
         "--seconds",
