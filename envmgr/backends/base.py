@@ -85,8 +85,11 @@ class Backend(Protocol):
     def start(self) -> list[Ready]: ...
 
     def attach(
-        self, observation_space: gym.Space[Any], action_space: gym.Space[Any]
-    ) -> SharedBuffers: ...
+        self, observation_space: gym.Space[Any], action_space: gym.Space[Any], ragged: Any = None
+    ) -> SharedBuffers:
+        """The batch arrays; ``ragged``: the manager's
+        :class:`~envmgr.protocol.ragged.RaggedOptions` for a Sequence/Graph space."""
+        ...
 
     def post(self, commands: Mapping[int, Command]) -> None: ...
 

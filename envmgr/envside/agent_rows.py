@@ -37,6 +37,7 @@ from gymnasium.vector.utils import batch_space, create_empty_array
 
 from envmgr import timers
 from envmgr.protocol.info_columns import column_kind
+from envmgr.protocol.shared_memory import fits_shared_memory
 
 __all__ = [
     "AgentGroup",
@@ -46,6 +47,8 @@ __all__ = [
     "ParallelRowsFactory",
     "describe_agents",
     "info_key",
+    "SlotValues",
+    "empty_value",
     "FIELDS",
     "FINAL_KEY",
 ]
@@ -309,8 +312,18 @@ class ParallelEnvRows(gym.vector.VectorEnv):  # type: ignore[type-arg]
         self.single_action_space = layout.action_space
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
-        out: Any = create_empty_array(self.single_observation_space, self.num_envs, np.zeros)
+        out: Any = {
+            g.name: {
+                "obs": create_empty_array(space["obs"], self.num_envs, np.zeros)
+                if fits_shared_memory(g.observation_space)
+                else SlotValues(g.observation_space, len(g.slots), self.num_envs),
+                **{f: create_empty_array(space[f], self.num_envs, np.zeros) for f in FIELDS},
+            }
+            for g in layout.groups
+            for space in (_spaces_of(layout.observation_space, g.name),)
+        }
         self._out = out
+        self._ragged = any(isinstance(out[g.name]["obs"], SlotValues) for g in layout.groups)
         self._obs_leaves = [out[g.name]["obs"] for g in layout.groups]
         self._fields = [[out[g.name][f] for f in FIELDS] for g in layout.groups]
         self._shapes: list[Any] = [g.observation_space.shape for g in layout.groups]
@@ -337,7 +350,7 @@ class ParallelEnvRows(gym.vector.VectorEnv):  # type: ignore[type-arg]
                 continue
             obs, info = env.reset(seed=seeds[k], options=opts or None)
             self._write_reset(k, obs, info, infos)
-        return self._out, infos
+        return self._batch(), infos
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         n = self.num_envs
@@ -379,7 +392,16 @@ class ParallelEnvRows(gym.vector.VectorEnv):  # type: ignore[type-arg]
         stack.root.get_child("step").get_child("env.step").get_child("agents.pack").add_time(
             packing, 1
         )
-        return self._out, rewards, np.zeros(n, np.bool_), np.zeros(n, np.bool_), infos
+        return self._batch(), rewards, np.zeros(n, np.bool_), np.zeros(n, np.bool_), infos
+
+    def _batch(self) -> Any:
+        """The observation batch, variable-size slots in Gymnasium's batch form."""
+        if not self._ragged:
+            return self._out
+        return {
+            name: {key: v.batch() if isinstance(v, SlotValues) else v for key, v in part.items()}
+            for name, part in self._out.items()
+        }
 
     def _rows_of(self, k: int) -> dict[str, Any]:
         """A copy of env ``k``'s rows, every group's obs and fields."""
@@ -462,6 +484,7 @@ class ParallelEnvRows(gym.vector.VectorEnv):  # type: ignore[type-arg]
         self._check_live(k, env, obs)
         for agent, value in obs.items():
             g, s = self._slot(k, agent)
+            self._check_space(k, env, agent, self.layout.groups[g])
             self._put_obs(k, g, s, agent, value)
         for agent in self._live(k, env, obs):
             g, s = self._slot(k, agent)
@@ -504,6 +527,23 @@ class ParallelEnvRows(gym.vector.VectorEnv):  # type: ignore[type-arg]
             written.append(agent)
         return ended, written
 
+    def _check_space(self, k: int, env: Any, agent: str, group: AgentGroup) -> None:
+        """At a reset: the agent's spaces are still its group's (a space is fixed per slot)."""
+        space = env.observation_space(agent)
+        if space is group.observation_space or space == group.observation_space:
+            return
+        if self.layout.padded:
+            try:
+                _check_fits(space, group.observation_space, agent)
+            except AgentSpaceError as exc:
+                raise AgentSpaceError(f"env {k}: {exc}") from None
+            return
+        raise AgentSpaceError(
+            f"env {k}: agent {agent!r} now observes {space}, but its slot was laid out for "
+            f"{group.observation_space}: an agent's space must not change between calls "
+            "(pad=True with observation_space= takes spaces that fit one)"
+        )
+
     def _live(self, k: int, env: Any, obs: dict[str, Any]) -> list[str]:
         if self._turn_based[k]:
             aec = env.aec_env
@@ -520,6 +560,9 @@ class ParallelEnvRows(gym.vector.VectorEnv):  # type: ignore[type-arg]
 
     def _put_obs(self, k: int, g: int, s: int, agent: str, value: Any) -> None:
         leaf = self._obs_leaves[g]
+        if isinstance(leaf, SlotValues):
+            leaf.values[s][k] = value
+            return
         if isinstance(leaf, np.ndarray):
             shape = self._shapes[g]
             got = np.shape(value)
@@ -570,7 +613,61 @@ def _take(batch: Any, k: int, s: int) -> Any:
     return batch[k, s]
 
 
+class SlotValues:
+    """A variable-size observation (``Sequence``, ``Graph``) per slot and env, kept as
+    values: the manager's ragged store lays them out in shared memory.
+
+    Args:
+        space: One agent's observation space.
+        slots: Slots per env.
+        envs: Envs.
+    """
+
+    def __init__(self, space: gym.Space[Any], slots: int, envs: int) -> None:
+        self.empty = empty_value(space)
+        self.values = [[self.empty] * envs for _ in range(slots)]
+
+    def zero(self, k: int) -> None:
+        """Env ``k``'s slots hold no agent: empty values."""
+        for per_env in self.values:
+            per_env[k] = self.empty
+
+    def row(self, k: int) -> tuple[Any, ...]:
+        """Env ``k``'s value per slot."""
+        return tuple(per_env[k] for per_env in self.values)
+
+    def batch(self) -> tuple[tuple[Any, ...], ...]:
+        """Gymnasium's batch form of ``batch_space(space, slots)`` over the envs."""
+        return tuple(tuple(per_env) for per_env in self.values)
+
+
+def empty_value(space: gym.Space[Any]) -> Any:
+    """What an empty slot observes: no elements for a Sequence or Graph, zeros otherwise."""
+    spaces = gym.spaces
+    if isinstance(space, spaces.Sequence):
+        feature = space.feature_space
+        if space.stack and fits_shared_memory(feature):
+            return create_empty_array(feature, 0, np.zeros)
+        return ()
+    if isinstance(space, spaces.Graph):
+        node: Any = space.node_space
+        edge: Any = space.edge_space
+        return spaces.GraphInstance(
+            np.zeros((0, *node.shape), node.dtype),
+            None if edge is None else np.zeros((0, *edge.shape), edge.dtype),
+            np.zeros((0, 2), np.int64),
+        )
+    if isinstance(space, spaces.Dict):
+        return {k: empty_value(v) for k, v in space.spaces.items()}
+    if isinstance(space, spaces.Tuple):
+        return tuple(empty_value(v) for v in space.spaces)
+    empty: Any = create_empty_array(space, 1, np.zeros)
+    return empty[0]
+
+
 def _copy_row(leaf: Any, k: int) -> Any:
+    if isinstance(leaf, SlotValues):
+        return leaf.row(k)
     if isinstance(leaf, dict):
         return {key: _copy_row(v, k) for key, v in leaf.items()}
     if isinstance(leaf, tuple):
@@ -579,7 +676,9 @@ def _copy_row(leaf: Any, k: int) -> Any:
 
 
 def _zero(leaf: Any, k: int) -> None:
-    if isinstance(leaf, dict):
+    if isinstance(leaf, SlotValues):
+        leaf.zero(k)
+    elif isinstance(leaf, dict):
         for v in leaf.values():
             _zero(v, k)
     elif isinstance(leaf, tuple):
@@ -633,3 +732,8 @@ def _add_env_value(infos: dict[str, Any], key: str, k: int, n: int, value: Any) 
         infos[key], infos["_" + key] = np.full(n, None, dtype=object), np.zeros(n, np.bool_)
     infos[key][k] = value
     infos["_" + key][k] = True
+
+
+def _spaces_of(space: gym.spaces.Dict, group: str) -> dict[str, gym.Space[Any]]:
+    part: Any = space.spaces[group]
+    return dict(part.spaces)

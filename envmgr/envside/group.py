@@ -39,6 +39,7 @@ import numpy as np
 from envmgr import timers as timer_module
 from envmgr.envside.info_writer import InfoWriter
 from envmgr.protocol.messages import Ready
+from envmgr.protocol.ragged import RaggedOptions, RaggedSpill, RaggedStore
 from envmgr.protocol.trees import copy_tree, unbatch_infos
 from envmgr.timers import GaugeNode, TimerNode
 
@@ -70,6 +71,8 @@ class GroupSpec:
         registrations: The parent's gymnasium registrations
             (:func:`~envmgr.envside.registrations.registrations`), installed before the
             envs are built.
+        ragged: The manager's ``ragged=``/``capacity=`` for a Sequence/Graph observation
+            space, for a group that lays its own store (a Ray actor's).
     """
 
     index: int
@@ -79,6 +82,7 @@ class GroupSpec:
     env_fns: tuple[Callable[[], gym.Env[Any, Any]], ...] | None = None
     vector_fn: Callable[[int], gym.vector.VectorEnv] | None = None  # type: ignore[type-arg]
     registrations: bytes = b""
+    ragged: RaggedOptions | None = None
 
 
 class BuildFailed(Exception):
@@ -119,6 +123,8 @@ class GroupTimers:
         self.reset = root.get_child("reset")
         self.reset_env = self.reset.get_child("env.reset")
         self.send = root.get_child("send_response")
+        #: Rows of a Sequence/Graph space that did not fit their store (sent pickled).
+        self.overflow = root.get_child("ragged.overflow")
 
     def take(self) -> tuple[TimerNode, dict[str, GaugeNode]]:
         """The tree and gauges accumulated since the last call; then start afresh."""
@@ -165,14 +171,50 @@ class EnvGroup(ABC):
         self.env_cnt = [0] * self.n
         #: Numeric info values go to columns in shared memory (else all pickle).
         self.info_writer: InfoWriter | None = None
+        #: The store of a space with Sequence/Graph parts (``views["observations"]``).
+        self.ragged: RaggedStore | None = None
 
     def attach(self, views: dict[str, Any]) -> None:
-        """Write results into ``views`` from now on (this group's rows of the batch arrays)."""
+        """Write results into ``views`` from now on (this group's rows of the batch arrays).
+
+        ``views["observations"]`` may be a :class:`~envmgr.protocol.ragged.RaggedStore`
+        (a space with Sequence/Graph parts).
+        """
         self.views = views
-        #: The observations go into ``views`` (their space has a fixed shape).
-        self.shared_obs = views.get("observations") is not None
+        obs = views.get("observations")
+        self.ragged = obs if isinstance(obs, RaggedStore) else None
+        #: The observations go into ``views`` (a fixed shape, or a store that held them
+        #: all: a ragged group clears it for a batch that spilled).
+        self.shared_obs = obs is not None
         arena = views.get("info_arena")
         self.info_writer = None if arena is None else InfoWriter(arena)
+
+    def attach_ragged(self, store: RaggedStore) -> None:
+        """Write observations into ``store`` from now on (a re-laid, larger one), starting
+        with the latest ones, so every row it holds is current."""
+        self.views["observations"] = self.ragged = store
+        self.shared_obs = True
+        latest = self.latest_observations()
+        if latest is not None:
+            self._write_ragged(latest)
+
+    def latest_observations(self) -> list[Any] | None:
+        """The latest observation of each env, or ``None`` before the first reset."""
+        return None
+
+    def _write_ragged(self, values: list[Any]) -> None:
+        """Write one observation per env into the store; rows over capacity spill."""
+        store = self.ragged
+        assert store is not None
+        self.shared_obs = store.write_rows(values, self.offset)
+        if not self.shared_obs:
+            self.timers.overflow.add_time(0.0, len(store.spilled))
+
+    def ragged_spill(self) -> RaggedSpill:
+        """What the store could not hold in the last batch, for the answer."""
+        store = self.ragged
+        assert store is not None
+        return RaggedSpill(tuple(store.spilled), tuple(store.wants))
 
     def ready(self, pid: int) -> Ready:
         """The start-up answer: spaces, metadata, a spec plain ``pickle`` can carry, and

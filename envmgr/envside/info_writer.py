@@ -263,7 +263,7 @@ class InfoWriter:
 class _Block:
     """Every column a scalar: the group's rows seen as records with one field per column,
     so a uniform batch is checked and written in a few C-level passes instead of a
-    Python pass per key (``split`` of a MuJoCo group of 4 envs: 4.8 µs before, 2.6 after).
+    Python pass per key.
 
     Args:
         keys: The columns' keys, in the order of ``types``.

@@ -19,6 +19,7 @@ from envmgr.envside.group import (
     GroupSpec,
     Infos,
 )
+from envmgr.protocol.ragged import RaggedStore
 from envmgr.protocol.trees import tree_map
 
 __all__ = ["SingleEnvGroup"]
@@ -83,7 +84,17 @@ class SingleEnvGroup(EnvGroup):
     def attach(self, views: dict[str, Any]) -> None:
         super().attach(views)
         obs = views.get("observations")
-        self._write_obs = None if obs is None else _make_writer(obs)
+        if self.ragged is not None:
+            self._write_obs = self._write_ragged
+        else:
+            self._write_obs = None if obs is None else _make_writer(obs)
+
+    def attach_ragged(self, store: RaggedStore) -> None:
+        self._write_obs = self._write_ragged
+        super().attach_ragged(store)
+
+    def latest_observations(self) -> list[Any] | None:
+        return None if any(o is None for o in self._obs) else self._obs
 
     def _actions(self, actions: Any) -> Any:
         """Per-env private copies of the group's batch of actions.
@@ -92,8 +103,8 @@ class SingleEnvGroup(EnvGroup):
         shared array on the next step. Discrete actions are the array's numpy scalars
         (each holds its own value), as ``SyncVectorEnv`` hands them out: not Python
         ints, which ``tolist`` would make faster but which cost the env more
-        (gymnasium's ``Discrete.contains`` looks up ``np.iinfo`` for an int: CartPole's
-        step took about 1 µs, an eighth, longer). Gymnasium's ``iterate`` splits
+        (gymnasium's ``Discrete.contains`` looks up ``np.iinfo`` for an int, which
+        slows a CartPole step measurably). Gymnasium's ``iterate`` splits
         everything else exactly as ``SyncVectorEnv`` does.
         """
         if self._discrete and isinstance(actions, np.ndarray):
@@ -195,6 +206,9 @@ class SingleEnvGroup(EnvGroup):
         try:
             self._write_obs(self._obs)
         except (ValueError, TypeError, KeyError, IndexError) as exc:
+            if self.ragged is not None:  # its message names the env and the path
+                self.current_env = self.ragged.failed_row
+                raise
             self._explain_bad_observation(exc)
 
     def _explain_bad_observation(self, exc: Exception) -> None:
@@ -294,7 +308,9 @@ class SingleEnvGroup(EnvGroup):
         self.current_env = None
         return tuple(results)
 
-    def observations(self) -> tuple[Any, ...]:
+    def observations(self) -> Any:
+        if self.ragged is not None:
+            return self.ragged_spill()
         return tuple(self._obs)
 
     def close(self) -> None:
@@ -317,7 +333,7 @@ def _make_writer(out: Any) -> Callable[[list[Any]], None]:
         def write(values: list[Any]) -> None:
             # Refuse what the dtype would change, as SyncVectorEnv's np.stack does (an
             # int64 300 must not arrive as uint8 44); values already of the dtype, the
-            # usual case, take the one-pass copy (38 ns an env more than without the look).
+            # usual case, take the one-pass copy.
             for v in values:
                 if getattr(v, "dtype", None) is not dtype:
                     np.copyto(out, values, casting="same_kind")

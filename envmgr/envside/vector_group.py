@@ -17,6 +17,7 @@ import gymnasium as gym
 import numpy as np
 
 from envmgr.envside.group import BuildFailed, EnvGroup, GroupSpec, Infos, unbatched, write_batch
+from envmgr.protocol.ragged import row_of
 from envmgr.protocol.trees import tree_map
 
 __all__ = [
@@ -97,7 +98,10 @@ class VectorEnvGroup(EnvGroup):
         views["env_steps"][:] = self._calls
 
     def _store(self, obs: Any) -> None:
-        if self.shared_obs:
+        if self.ragged is not None:
+            self._obs = obs
+            self._write_ragged(self._rows(obs))
+        elif self.shared_obs:
             write_batch(self.views, obs)
         else:
             self._obs = obs
@@ -181,7 +185,16 @@ class VectorEnvGroup(EnvGroup):
         writer = self.info_writer
         return unbatched(vinfos, self.n) if writer is None else writer.split_vector(vinfos)
 
-    def observations(self) -> tuple[Any, ...]:
+    def _rows(self, obs: Any) -> list[Any]:
+        space = self.single_observation_space
+        return [row_of(space, obs, i) for i in range(self.n)]
+
+    def latest_observations(self) -> list[Any] | None:
+        return None if self._obs is None else self._rows(self._obs)
+
+    def observations(self) -> Any:
+        if self.ragged is not None:
+            return self.ragged_spill()
         from gymnasium.vector.utils import batch_space, iterate
 
         return tuple(iterate(batch_space(self.single_observation_space, self.n), self._obs))

@@ -26,6 +26,7 @@ import numpy as np
 from gymnasium.vector.utils import batch_space
 
 from envmgr.envside.agent_rows import FIELDS, FINAL_KEY, AgentGroup, AgentLayout, info_key
+from envmgr.protocol.shared_memory import fits_shared_memory
 from envmgr.protocol.trees import tree_map
 
 __all__ = ["AgentRows", "AgentVectorEnv", "AgentGroupsVectorEnv", "RESTART_KEY"]
@@ -146,7 +147,11 @@ class AgentRows:
     ) -> GroupBatch:
         size = len(group.slots)
         n = len(ids) * size
-        rows_obs = tree_map(lambda a: a.reshape(n, *a.shape[2:]), part["obs"])
+        if isinstance(part["obs"], tuple) and not fits_shared_memory(group.observation_space):
+            # Variable-size slots arrive as a tuple over slots of per-env batches.
+            rows_obs: Any = _rows_of_slots(part["obs"], size)
+        else:
+            rows_obs = tree_map(lambda a: a.reshape(n, *a.shape[2:]), part["obs"])
         rewards = part["rewards"].reshape(n)
         terms, truncs, active = (part[f].view(np.bool_).reshape(n) for f in FIELDS[1:])
         memory = self._active[group.name]
@@ -196,8 +201,9 @@ class AgentRows:
         for e in np.flatnonzero(present):
             rows_of_env, infos_by_slot = final[e]
             rows = rows_of_env[group.name]
+            ragged = not fits_shared_memory(group.observation_space)
             for s in np.flatnonzero(rows["active"]):
-                obs = _row(rows["obs"], int(s))
+                obs = rows["obs"][s] if ragged else _row(rows["obs"], int(s))
                 info = infos_by_slot.get((g, int(s)), {})
                 add_row_info(out, {"final_obs": obs, "final_info": info}, int(e) * size + int(s), n)
 
@@ -374,3 +380,9 @@ def _row(tree: Any, s: int) -> Any:
     if isinstance(tree, tuple):
         return tuple(_row(v, s) for v in tree)
     return tree[s]
+
+
+def _rows_of_slots(per_slot: tuple[Any, ...], size: int) -> tuple[Any, ...]:
+    """Row ``e * S + s`` of a tuple over slots of per-env batches (Gymnasium's form)."""
+    envs = len(per_slot[0]) if size else 0
+    return tuple(per_slot[s][e] for e in range(envs) for s in range(size))

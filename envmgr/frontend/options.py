@@ -10,12 +10,14 @@ from typing import Any, Literal, TypedDict, overload
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from envmgr.frontend.action_checks import check_mode
+from envmgr.protocol.ragged import RAGGED_MODES, RaggedOptions
 
 __all__ = [
     "FrontEndOptions",
     "check_options",
     "count",
     "seconds",
+    "ragged_options",
     "DEFAULT_START_TIMEOUT",
     "DEFAULT_TIMER_INTERVAL",
 ]
@@ -58,6 +60,18 @@ class FrontEndOptions(TypedDict, total=False):
         timer_interval: Seconds between timer-tree shipments from the groups while
             stepping (``0``: every step); reads of the timer tree always pull in the
             rest first.
+        ragged: How observations of ``Sequence``/``Graph`` parts come back:
+            ``"gymnasium"`` (default: what ``SyncVectorEnv`` returns, a tuple of per-env
+            arrays or ``GraphInstance`` items) or ``"padded"`` (a Sequence part as
+            ``(data[num_envs, capacity, *shape], lengths[num_envs])``, a Graph part as
+            ``(nodes, n_nodes, edges, edge_links, n_edges)``; past its length a row holds
+            nothing meaningful), or ``"pickled"`` (no store: every observation travels
+            pickled, a point of comparison). See docs/guide/variable-size.md.
+        capacity: Starting capacity of the ``Sequence``/``Graph`` parts in shared
+            memory: one int for all, or by path (``{"entities/type_a": 64}``, a Graph's
+            ``"graph/nodes"``/``"graph/edges"``, or a key above them). Without it the
+            capacity comes from the observations seen; an observation over capacity
+            travels pickled on that step and the capacity grows.
     """
 
     num_envs: int | None
@@ -69,6 +83,8 @@ class FrontEndOptions(TypedDict, total=False):
     restart_window: float | None
     start_timeout: float | None
     timer_interval: float
+    ragged: str
+    capacity: int | dict[str, int] | None
 
 
 def check_options(owner: str, options: dict[str, Any]) -> None:
@@ -91,6 +107,14 @@ def check_options(owner: str, options: dict[str, Any]) -> None:
     seconds("start_timeout", options.get("start_timeout"), none=True)
     seconds("timer_interval", options.get("timer_interval", DEFAULT_TIMER_INTERVAL), zero=True)
     seconds("restart_window", options.get("restart_window"), none=True)
+    ragged = options.get("ragged", "gymnasium")
+    if ragged not in RAGGED_MODES:
+        raise ValueError(
+            f"ragged must be one of {', '.join(map(repr, RAGGED_MODES))}, got {ragged!r}"
+        )
+    capacity = options.get("capacity")
+    if capacity is not None and not isinstance(capacity, (int, Mapping)) or capacity is True:
+        raise TypeError(f"capacity must be an int or a dict of path -> int, got {capacity!r}")
     if not isinstance(options.get("copy", True), bool):
         raise TypeError(f"copy must be True or False, got {options['copy']!r}")
 
@@ -117,6 +141,11 @@ def seconds(name: str, value: Any, *, none: bool = False, zero: bool = False) ->
         bound = ">= 0" if zero else "> 0"
         raise ValueError(f"{name} must be {bound} seconds, got {value!r}")
     return float(value)
+
+
+def ragged_options(options: Mapping[str, Any]) -> RaggedOptions:
+    """The manager's ``ragged=`` and ``capacity=``, for the backends."""
+    return RaggedOptions(options.get("ragged", "gymnasium"), options.get("capacity"))
 
 
 def hosted_autoreset_mode(metadata: Mapping[str, Any], options: Mapping[str, Any]) -> AutoresetMode:

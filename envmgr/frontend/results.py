@@ -5,7 +5,7 @@ Also the restart note of every env of a replaced group.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from copy import deepcopy
 from typing import Any
 
@@ -15,6 +15,7 @@ from gymnasium.vector.utils import concatenate, create_empty_array
 
 from envmgr.frontend.infos import InfoColumns, merge, merge_pairs
 from envmgr.protocol.layout import Layout
+from envmgr.protocol.ragged import RaggedSpill, grown, read_batch
 from envmgr.protocol.trees import rows_of_info, tree_map
 
 __all__ = ["BatchReader", "RESTARTED_INFO_KEY"]
@@ -38,6 +39,13 @@ class BatchReader:
         space: The single-env observation space.
         copy: Return copies (else views the next step overwrites).
         add_info: Gymnasium's ``VectorEnv._add_info``.
+        padded: Sequence/Graph parts as padded arrays (:func:`~envmgr.protocol.ragged.read_batch`).
+
+    A space with Sequence/Graph parts is read from the groups' stores
+    (``buffers.ragged``), with the rows a store could not hold taken from the answers'
+    :class:`~envmgr.protocol.ragged.RaggedSpill`; those rows are kept until their group
+    writes again, and the larger capacities they need are in :attr:`grows` for the
+    session to re-lay.
     """
 
     def __init__(
@@ -47,6 +55,7 @@ class BatchReader:
         space: gym.Space[Any],
         copy: bool,
         add_info: Callable[[dict[str, Any], dict[str, Any], int], dict[str, Any]],
+        padded: bool = False,
     ) -> None:
         self.buffers = buffers
         self.layout = layout
@@ -62,7 +71,17 @@ class BatchReader:
         self.columns = InfoColumns(buffers.info_arena, layout)
         self.per_env: list[Any] | None = None
         self.views: Any
-        if buffers.observations is not None:
+        self.padded = padded
+        #: Group -> the capacities its store should be re-laid at (rows spilled).
+        self.grows: dict[int, tuple[int, ...]] = {}
+        self.spills: list[dict[int, Any]] = [{} for _ in range(layout.n_groups)]
+        if buffers.ragged is not None:
+            # Chosen once, so a fixed-shape space's reads carry no check for this.
+            self.read_batch = self._read_batch_ragged  # type: ignore[method-assign]
+            self.read_groups = self._read_groups_ragged  # type: ignore[method-assign]
+            self.observations = self._observations_ragged  # type: ignore[method-assign]
+            self.views = None
+        elif buffers.observations is not None:
             # Writable, as AsyncVectorEnv's shared-memory observations are: a write
             # changes only what the caller sees (groups keep their own copy of what
             # they need, and write every row they own at the next step or reset).
@@ -116,6 +135,62 @@ class BatchReader:
         rewards, terms, truncs = b.rewards[ids], b.terminations[ids], b.truncations[ids]
         infos = self._column_infos(groups)
         return obs, rewards, terms, truncs, infos if not infos else rows_of_info(infos, ids), ids
+
+    # ================================================================ Sequence/Graph
+
+    def _ragged(self, groups: Sequence[int]) -> Any:
+        """The observations of ``groups`` (ascending) out of their stores and spills."""
+        b = self.buffers
+        if b.pending:
+            b.settle()
+        stores, sizes, spills = b.ragged, self.layout.sizes, self.spills
+        parts = [(stores[g], range(sizes[g]), spills[g]) for g in groups]
+        return read_batch(self.space, parts, self.padded)
+
+    def _read_batch_ragged(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """:meth:`read_batch` of a Sequence/Graph space: every group wrote, none spilled."""
+        for spill in self.spills:
+            spill.clear()
+        b = self.buffers
+        infos = self.columns.batch()
+        if infos is None:
+            infos = self._column_infos(None)
+        obs = self._ragged(range(self.layout.n_groups))
+        return obs, b.rewards.copy(), b.terminations.copy(), b.truncations.copy(), infos
+
+    def _read_groups_ragged(
+        self, groups: list[int]
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any], np.ndarray]:
+        """:meth:`read_groups` of a Sequence/Graph space."""
+        for g in groups:
+            self.spills[g].clear()
+        groups = sorted(groups)
+        ids = np.concatenate([self._rows[g][1] for g in groups])
+        b = self.buffers
+        infos = self._column_infos(groups)
+        rewards, terms, truncs = b.rewards[ids], b.terminations[ids], b.truncations[ids]
+        obs = self._ragged(groups)
+        return obs, rewards, terms, truncs, infos if not infos else rows_of_info(infos, ids), ids
+
+    def _observations_ragged(self, answers: dict[int, Any], ids: np.ndarray | None) -> Any:
+        """:meth:`observations` of a Sequence/Graph space: each answering group's spilled
+        rows replace what its store holds, and what they need is noted in :attr:`grows`."""
+        stores = self.buffers.ragged
+        for g, a in answers.items():
+            spill = None if a is None else a.observations
+            if not isinstance(spill, RaggedSpill):
+                self.spills[g] = {}
+                continue
+            self.spills[g] = dict(spill.rows)
+            store = stores[g]
+            caps = store.layout.capacities
+            if any(w > c for w, c in zip(spill.wants, caps, strict=True)):
+                self.grows[g] = tuple(
+                    grown(c, w) if w > c else c for w, c in zip(spill.wants, caps, strict=True)
+                )
+        if ids is None:
+            return self._ragged(range(self.layout.n_groups))
+        return self._ragged(sorted(set(self.layout.group_of(ids).tolist())))
 
     def _column_infos(self, groups: list[int] | None) -> dict[str, Any]:
         """The infos of a batch whose groups sent no answer: their columns only."""

@@ -42,7 +42,7 @@ from envmgr.frontend.state import (
     Phase,
     State,
 )
-from envmgr.protocol.messages import FlushTimers, Ready, Reset, StepResponse
+from envmgr.protocol.messages import AttachRagged, FlushTimers, Ready, Reset, StepResponse
 from envmgr.protocol.shared_memory import SharedBuffers
 from envmgr.timers.merge import WorkerTimers
 
@@ -309,7 +309,31 @@ class Session:
             self.merge_timers(answers)
         reader = self.reader
         assert reader is not None
-        return reader.read(answers, replaced, ids)
+        batch = reader.read(answers, replaced, ids)
+        if reader.grows:
+            self.relay_ragged(reader)
+        return batch
+
+    def relay_ragged(self, reader: BatchReader) -> None:
+        """Give each group whose rows spilled a larger store, and wait for it to move there.
+
+        The group maps the new store and writes its latest observations into it before it
+        answers; its header word says it moved, so an answer lost on the way (an interrupt
+        here) costs nothing: the store is taken up when the header says so
+        (:meth:`SharedBuffers.settle`). A group lost meanwhile is found at the next call.
+        """
+        buffers = self.buffers
+        assert buffers is not None
+        grows, reader.grows = reader.grows, {}
+        with timers.hierarchical_timer("ragged.relay", self.worker_timers.stack):
+            for g, capacities in sorted(grows.items()):
+                layout = buffers.relay(g, capacities)
+                seq = self.next_seq()
+                self.backend.post({g: AttachRagged(seq, layout)})
+                self.backend.wait({g: seq}, self.start_timeout, None, "re-lay")
+                buffers.settle()
+                if g not in buffers.pending:
+                    reader.spills[g] = {}  # its latest observations are in the new store
 
     # ================================================================ reset / step
 

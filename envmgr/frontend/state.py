@@ -100,8 +100,8 @@ class PendingCall:
 
 _NOTHING: MappingProxyType[int, int] = MappingProxyType({})
 #: The phases send/recv compare with, bound once: ``Phase.X`` goes through
-#: ``EnumType.__getattr__`` on Python 3.11 (about 90 ns on the 2-core machine, as much
-#: as a dict copy), a module global does not.
+#: ``EnumType.__getattr__`` on Python 3.11 (as dear as a dict copy), a module global
+#: does not.
 IN_FLIGHT_PHASE: Final = Phase.IN_FLIGHT
 CLOSED_PHASE: Final = Phase.CLOSED
 

@@ -49,6 +49,7 @@ from envmgr.frontend.options import (
     DEFAULT_TIMER_INTERVAL,
     FrontEndOptions,
     hosted_autoreset_mode,
+    ragged_options,
 )
 from envmgr.frontend.restarts import RestartBudget
 from envmgr.frontend.results import RESTARTED_INFO_KEY, BatchReader
@@ -67,7 +68,7 @@ def one_thread_at_a_time(method: _Method) -> _Method:
 
     Without it two threads stepping one manager each pass the idle check and read the
     other's batch, with no error. The lock is reentrant, so ``reset`` may call
-    ``reset_async``; this costs about 0.35 µs a call (timeit, the decorator included).
+    ``reset_async``.
     """
     name = method.__name__
 
@@ -168,9 +169,20 @@ class BatchedVectorEnv(VectorEnv):  # type: ignore[type-arg]
         with timers.hierarchical_timer(f"start_{self.group_noun}") as started:
             readies = backend.start()
             self._adopt(readies, options)
-            buffers = backend.attach(self.single_observation_space, self.single_action_space)
+            buffers = backend.attach(
+                self.single_observation_space, self.single_action_space, ragged_options(options)
+            )
         session.merge_start(started, dict(enumerate(readies)))
-        reader = BatchReader(buffers, layout, self.single_observation_space, copy, self._add_info)
+        #: How Sequence/Graph parts of the observations come back (``"gymnasium"``/``"padded"``).
+        self.ragged = options.get("ragged", "gymnasium")
+        reader = BatchReader(
+            buffers,
+            layout,
+            self.single_observation_space,
+            copy,
+            self._add_info,
+            padded=self.ragged == "padded",
+        )
         self._actions = ActionChecks(
             self.single_action_space, layout, self.group_noun_singular, check_actions
         )

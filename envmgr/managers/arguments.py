@@ -232,6 +232,7 @@ def group_specs(
     vector_fn: VectorEnvFactory | None,
     autoreset_mode: str,
     noun: str,
+    ragged: Any = None,
 ) -> list[bytes]:
     """Each group's cloudpickled :class:`GroupSpec`; an unpicklable factory fails here."""
     payloads = []
@@ -246,6 +247,7 @@ def group_specs(
             None if fns is None else tuple(fns[r.start : r.stop]),
             vector_fn,
             known,
+            ragged,
         )
         try:
             payloads.append(cloudpickle.dumps(spec))

@@ -51,10 +51,10 @@ EnvFactory = Callable[[], gym.Env[Any, Any]]
 VectorEnvFactory = Callable[[int], gym.vector.VectorEnv]  # type: ignore[type-arg]
 
 #: How long a worker busy-polls (yielding its core) for the next command before
-#: it blocks. Measured with benchmarks/probe.py spin on a 2-vCPU VM: waking a
-#: sleeping worker costs far more there than the 20 µs of a pipe hop (an idle
-#: vCPU must be woken by the host), and budgets of 1-2 ms beat 0.2 ms by
-#: 10-30% on compute-bound and CartPole batches; longer only burns idle CPU.
+#: it blocks. On a VM, waking a sleeping worker costs far more than a pipe hop (an
+#: idle vCPU must be woken by the host), so a budget of about a step's interval
+#: keeps workers awake between batches; longer only burns idle CPU (the spin probe
+#: in benchmarks/ measures it).
 DEFAULT_SPIN_SECONDS = 1e-3
 
 
@@ -94,7 +94,7 @@ class SubprocessEnvManager(BatchedVectorEnv):
         spin_seconds: How long a worker busy-polls for the next command before
             blocking (``0`` blocks at once; default 1 ms). Spinning saves a
             wake-up per step while stepping (on a VM, waking an idle vCPU costs
-            much more than the ~20 µs of a pipe hop); it yields the core on every
+            much more than a pipe hop); it yields the core on every
             turn, so it does not starve other processes, but an idle worker burns
             up to this much CPU after each command before it sleeps.
         parent_spin_seconds: How long ``step_wait`` busy-polls (yielding) for the
@@ -102,7 +102,7 @@ class SubprocessEnvManager(BatchedVectorEnv):
             machine with no spare core the parent's spinning competes with the
             workers; with ``caller_envs`` it is ``spin_seconds``, as the parent
             then steps envs on a core of its own and, finished first, would
-            otherwise pay a wake-up per step (30-60 µs measured on a 2-vCPU VM).
+            otherwise pay a wake-up per step.
         step_timeout: Seconds a worker may take to answer a step or reset
             (``None``: no limit; a dead worker is still noticed at once).
         close_timeout: Seconds ``close()`` waits for workers to exit before
@@ -129,7 +129,9 @@ class SubprocessEnvManager(BatchedVectorEnv):
             :class:`~envmgr.frontend.options.FrontEndOptions`: ``num_envs``, ``vector_fn``
             (a batched env hosted per worker), ``copy``, ``autoreset_mode``,
             ``check_actions``, ``max_restarts``, ``restart_window``,
-            ``start_timeout``, ``timer_interval``.
+            ``start_timeout``, ``timer_interval``, and for ``Sequence``/``Graph``
+            observations ``ragged`` (SyncVectorEnv's form, ``"padded"`` arrays, or
+            ``"pickled"``) and ``capacity`` (a starting capacity hint).
     """
 
     group_noun = "workers"

@@ -46,6 +46,7 @@ from envmgr.frontend.options import (
     DEFAULT_START_TIMEOUT,
     FrontEndOptions,
     check_options,
+    ragged_options,
     seconds,
 )
 from envmgr.frontend.results import RESTARTED_INFO_KEY
@@ -151,7 +152,8 @@ class RayEnvManager(BatchedVectorEnv):
             pinned to its node, softly) of ``envs_per_actor`` envs; with no size at
             all it is refused (``TypeError``).
         envs_per_actor: Envs each actor owns and steps per call (an even split; default
-            1 with a single factory). Make it large: a Ray call costs ~1 ms.
+            1 with a single factory). Make it large: a Ray call costs far more than a
+            step of a cheap env.
         workers_per_actor: ``0``/``1``: the actor steps its envs itself.
             ``N > 1`` with ``env_fns``: the actor runs an
             :class:`~envmgr.SubprocessEnvManager` with ``N`` worker processes
@@ -189,7 +191,9 @@ class RayEnvManager(BatchedVectorEnv):
             ``check_actions``, ``max_restarts`` (a lost actor is a dead actor
             process, a lost node, or one that overran ``step_timeout``),
             ``restart_window``, ``start_timeout`` (placing an actor waits for
-            resources; an impossible one ends here), ``timer_interval``.
+            resources; an impossible one ends here), ``timer_interval``, and for
+            ``Sequence``/``Graph`` observations ``ragged`` and ``capacity`` (each actor
+            ships its rows as padded arrays plus lengths in its answer).
     """
 
     group_noun = "actors"
@@ -265,7 +269,7 @@ class RayEnvManager(BatchedVectorEnv):
                 node_affinity_soft if node_ids is not None else True,
                 actor_options,
             )
-            payloads = group_specs(layout, fns, vector_fn, mode, "actor")
+            payloads = group_specs(layout, fns, vector_fn, mode, "actor", ragged_options(options))
             backend = RayBackend(
                 ray,
                 layout,

@@ -19,12 +19,14 @@ from typing import Any, TypeVar
 import gymnasium as gym
 
 from envmgr.protocol.info_columns import Schema
+from envmgr.protocol.ragged import RaggedLayout
 from envmgr.protocol.shared_memory import SharedLayout
 from envmgr.timers import GaugeNode, TimerNode
 
 __all__ = [
     "WorkerConfig",
     "Attach",
+    "AttachRagged",
     "Step",
     "Reset",
     "Call",
@@ -81,6 +83,7 @@ class WorkerConfig:
         layout: Shared-memory layout to attach to at start (restarts); ``None``
             on first start, when the parent sends :class:`Attach` after
             :class:`Ready`.
+        ragged: The worker's store of a Sequence/Graph observation space, with ``layout``.
         death_signal: Ask the kernel to kill the worker when its parent exits
             (Linux). Only sound when the manager was created on the main thread:
             the signal follows the creating *thread*, not the process.
@@ -93,6 +96,7 @@ class WorkerConfig:
     fds_to_close: tuple[int, ...] = ()
     layout: SharedLayout | None = None
     death_signal: bool = False
+    ragged: RaggedLayout | None = None
 
 
 # --------------------------------------------------------------------------- commands
@@ -101,10 +105,21 @@ class WorkerConfig:
 @_fast_pickle
 @dataclass(frozen=True, slots=True)
 class Attach:
-    """Attach to the manager's shared memory (sent once, after :class:`Ready`)."""
+    """Attach to the manager's shared memory (sent once, after :class:`Ready`), and to
+    the group's store of a Sequence/Graph observation space (``ragged``)."""
 
     seq: int
     layout: SharedLayout
+    ragged: RaggedLayout | None = None
+
+
+@_fast_pickle
+@dataclass(frozen=True, slots=True)
+class AttachRagged:
+    """Write observations into this re-laid (larger) store from now on; answered by Ack."""
+
+    seq: int
+    layout: RaggedLayout
 
 
 @_fast_pickle
@@ -199,7 +214,7 @@ class Close:
     seq: int
 
 
-Command = Attach | Step | Reset | Call | Apply | SetAttr | FlushTimers | Close
+Command = Attach | AttachRagged | Step | Reset | Call | Apply | SetAttr | FlushTimers | Close
 
 
 # --------------------------------------------------------------------------- answers
@@ -251,7 +266,9 @@ class StepResponse:
         worker_index: The worker's index.
         seq: The command's sequence number.
         infos: ``(local env index, info)`` for each env whose info dict is not empty.
-        observations: Per-env observations, only under the fallback transport.
+        observations: Per-env observations, only under the fallback transport; for a
+            Sequence/Graph space, the :class:`~envmgr.protocol.ragged.RaggedSpill` of the
+            rows its store could not hold.
         timer_root: The worker's timer tree since the last one shipped, or ``None``
             when the command did not ask for it.
         gauges: The worker's gauges since the last shipment.
@@ -266,7 +283,7 @@ class StepResponse:
     worker_index: int
     seq: int
     infos: tuple[tuple[int, dict[str, Any]], ...] = ()
-    observations: tuple[Any, ...] | None = None
+    observations: Any = None
     timer_root: TimerNode | None = None
     gauges: dict[str, GaugeNode] | None = None
     arrays: tuple[Any, ...] | None = None

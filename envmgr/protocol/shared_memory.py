@@ -5,9 +5,12 @@ own slice of the observation, reward and done arrays in place, and reads its
 slice of the action arrays. Nothing of this crosses a pipe per step.
 
 Which spaces fit: Box, Discrete, MultiDiscrete, MultiBinary, and Dict/Tuple
-nests of those. Anything else (Text, Graph, Sequence, OneOf, custom spaces) has
-no fixed shape, so its observations or actions travel pickled inside the step
-messages instead; the manager picks this per space, automatically.
+nests of those. An observation space with ``Sequence``/``Graph`` parts of fixed
+elements lives in one :class:`~envmgr.protocol.ragged.RaggedStore` per group
+(:attr:`SharedBuffers.ragged`: padded rows plus lengths, at a capacity that grows).
+Anything else (Text, OneOf, custom spaces) has no fixed shape, so its observations
+or actions travel pickled inside the step messages instead; the manager picks this
+per space, automatically.
 
 The batch layout is derived from gymnasium's own ``create_empty_array`` so the
 arrays a user receives have exactly the structure ``SyncVectorEnv`` returns.
@@ -15,11 +18,10 @@ arrays a user receives have exactly the structure ``SyncVectorEnv`` returns.
 
 from __future__ import annotations
 
-import inspect
 import secrets
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass
-from multiprocessing import resource_tracker, shared_memory
+from multiprocessing import shared_memory
 from typing import Any
 
 import gymnasium as gym
@@ -27,25 +29,27 @@ import numpy as np
 from gymnasium.vector.utils import create_empty_array
 
 from envmgr.protocol.info_columns import ROW_BYTES
+from envmgr.protocol.ragged import (
+    RaggedLayout,
+    RaggedOptions,
+    RaggedStore,
+    capacities_for,
+    fits_ragged,
+)
+from envmgr.protocol.segments import SEGMENT_PREFIX, open_segment
 from envmgr.protocol.trees import tree_map
 
-__all__ = ["fits_shared_memory", "SharedLayout", "SharedBuffers", "tree_map", "SEGMENT_PREFIX"]
+__all__ = [
+    "fits_shared_memory",
+    "SharedLayout",
+    "SharedBuffers",
+    "tree_map",
+    "SEGMENT_PREFIX",
+    "open_segment",
+]
 
-#: Every segment envmgr creates is named with this prefix, so leaks are easy to spot.
-SEGMENT_PREFIX = "envmgr_"
 _ALIGN = 64  # a cache line: workers writing neighbouring arrays never share one
 _FIXED = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)
-_TRACK_PARAM = "track" in inspect.signature(shared_memory.SharedMemory).parameters
-
-
-def _register_all_but_shared_memory(
-    register: Callable[[str, str], None],
-) -> Callable[[str, str], None]:
-    def register_filtered(name: str, rtype: str) -> None:
-        if rtype != "shared_memory":
-            register(name, rtype)
-
-    return register_filtered
 
 
 def fits_shared_memory(space: gym.Space[Any]) -> bool:
@@ -192,6 +196,72 @@ class SharedBuffers:
         if owner:
             for leaf in _leaves(regions):
                 leaf.fill(0)
+        #: One store per group for an observation space with Sequence/Graph parts
+        #: (``None`` for a group this process does not read that way), else ``None``.
+        self.ragged: list[RaggedStore | None] | None = None
+        #: Re-laid stores whose writer has not moved to them yet, by group.
+        self.pending: dict[int, RaggedStore] = {}
+
+    def add_ragged(
+        self,
+        sizes: Sequence[int],
+        options: RaggedOptions | None,
+        shared: bool,
+    ) -> None:
+        """Give each group of ``sizes`` (in order, after those already added) its store
+        of the observation space, when that space has Sequence/Graph parts: in new
+        segments (``shared``, workers'), else private and growing in place."""
+        space = self.layout.observation_space
+        if not fits_ragged(space) or (options is not None and options.mode == "pickled"):
+            return
+        caps = capacities_for(space, None if options is None else options.capacity)
+        if self.ragged is None:
+            self.ragged = []
+        for n in sizes:
+            if shared:
+                self.ragged.append(
+                    RaggedStore.create(RaggedLayout("", 1, space, n, caps), SEGMENT_PREFIX)
+                )
+            else:
+                self.ragged.append(RaggedStore.private(space, n, caps))
+
+    def relay(self, g: int, capacities: tuple[int, ...]) -> RaggedLayout:
+        """A larger store for group ``g`` in a new segment, pending until its writer maps
+        it (:meth:`settle`); its layout, for the writer."""
+        assert self.ragged is not None
+        current = self.ragged[g]
+        assert current is not None
+        old = self.pending.pop(g, None)
+        if old is not None:
+            old.close()
+        store = RaggedStore.create(current.layout.with_capacities(capacities), SEGMENT_PREFIX)
+        self.pending[g] = store
+        return store.layout
+
+    def settle(self) -> None:
+        """Read each group from the store its writer maps: a pending store it has attached
+        to (its header says so) replaces the old one, which is freed."""
+        assert self.ragged is not None
+        for g, store in list(self.pending.items()):
+            if store.attached:
+                del self.pending[g]
+                old, self.ragged[g] = self.ragged[g], store
+                if old is not None:
+                    old.close()
+
+    def ragged_layout(self, g: int) -> RaggedLayout | None:
+        """The layout group ``g``'s writer maps (a replacement's, say)."""
+        if self.ragged is None:
+            return None
+        self.settle()
+        store = self.ragged[g]
+        return None if store is None else store.layout
+
+    def drop_pending(self, g: int) -> None:
+        """Forget group ``g``'s re-laid store (its writer was replaced first)."""
+        store = self.pending.pop(g, None)
+        if store is not None:
+            store.close()
 
     @classmethod
     def create(
@@ -224,20 +294,7 @@ class SharedBuffers:
     @classmethod
     def attach(cls, layout: SharedLayout) -> SharedBuffers:
         """Map an existing segment (worker side)."""
-        # Only the creator may track the segment. A worker that registered it too
-        # would, under fork, start a resource tracker of its own that unlinks the
-        # segment (with a "leaked" warning) when the worker exits, even while the
-        # manager still uses it.
-        if _TRACK_PARAM:  # Python >= 3.13
-            shm = shared_memory.SharedMemory(name=layout.name, create=False, track=False)  # type: ignore[call-arg]
-        else:
-            register = resource_tracker.register
-            resource_tracker.register = _register_all_but_shared_memory(register)  # type: ignore[assignment]
-            try:
-                shm = shared_memory.SharedMemory(name=layout.name, create=False)
-            finally:
-                resource_tracker.register = register  # type: ignore[assignment]
-        return cls(layout, shm, owner=False)
+        return cls(layout, open_segment(layout.name), owner=False)
 
     @property
     def name(self) -> str:
@@ -266,6 +323,11 @@ class SharedBuffers:
 
         Idempotent. Views handed out earlier must not be used afterwards.
         """
+        stores = [*(self.ragged or ()), *self.pending.values()]
+        self.ragged, self.pending = None if self.ragged is None else [], {}
+        for store in stores:
+            if store is not None:
+                store.close()
         shm, self._shm = self._shm, None
         if shm is None:
             return

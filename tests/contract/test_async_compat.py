@@ -14,9 +14,9 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from conftest import Backend
-from support.fault_cases import group_ids
 from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
 from gymnasium.vector import AsyncVectorEnv
+from support.fault_cases import group_ids
 
 from envmgr import SubprocessEnvManager
 
@@ -163,7 +163,7 @@ def test_envs_whose_spaces_differ_raise_a_runtime_error_naming_both(backend: Bac
     assert isinstance(ei.value, ValueError)  # what envmgr's own callers catch
 
 
-# The three deliberate differences (README, "Differences from AsyncVectorEnv"; issue 23).
+# The three deliberate differences (README, "Differences from AsyncVectorEnv").
 # Each test runs the same code on both and asserts the difference, so a change on
 # either side (envmgr growing AsyncVectorEnv's behaviour, or Gymnasium changing its own)
 # fails here and the README's list is revisited.

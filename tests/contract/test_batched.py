@@ -17,9 +17,9 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from conftest import Backend
-from support.envs import DictObsEnv, assert_same
 from gymnasium.envs.classic_control.cartpole import CartPoleVectorEnv
 from gymnasium.vector import SyncVectorEnv
+from support.envs import DictObsEnv, assert_same
 
 import envmgr
 from envmgr import SubprocessEnvManager, timers

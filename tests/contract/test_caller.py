@@ -17,6 +17,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from conftest import Backend
+from gymnasium.vector import AutoresetMode
 from support.envs import (
     ActionTypeEnv,
     DictObsEnv,
@@ -26,8 +27,7 @@ from support.envs import (
     TextActionEnv,
     failing_factory,
 )
-from gymnasium.vector import AutoresetMode
-from test_equivalence import compare
+from support.equivalence import compare
 
 from envmgr import SubprocessEnvManager, timers
 

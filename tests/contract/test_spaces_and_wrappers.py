@@ -10,11 +10,11 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
-from support.backend_cases import on_backends
 from conftest import Backend
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
-from test_equivalence import compare
+from support.backend_cases import on_backends
+from support.equivalence import compare
 
 from envmgr import SubprocessEnvManager, timers
 

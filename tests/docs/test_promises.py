@@ -1,4 +1,4 @@
-"""README promises that no other test would notice losing (issue 9).
+"""README promises that no other test would notice losing.
 
 Each test here pins one sentence of README.md's "How it works" section and was
 checked by taking the mechanism out of the package and watching the test fail
@@ -33,8 +33,9 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from conftest import Backend, on_backends
-from support.envs import DictActionEnv, VariableObsEnv, assert_same
 from gymnasium.vector import SyncVectorEnv
+from support.envs import DictActionEnv, VariableObsEnv, assert_same
+from support.helpers import io_bytes, traffic
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -45,23 +46,6 @@ N = 4  # envs: 2 workers x 2
 RAY_BYTES = "it counts the bytes worker processes move (/proc/<pid>/io): Ray's actors pickle"
 RAY_DOORBELL = "the doorbell and its wake-ups are the local backend's"
 LOCAL_ONLY = "start methods and the forkserver are the local workers' (caller_envs adds none)"
-
-
-def io_bytes(pid: int) -> tuple[int, int]:
-    """``(rchar, wchar)``: bytes process ``pid`` has read and written through syscalls."""
-    fields = dict(line.split(": ") for line in Path(f"/proc/{pid}/io").read_text().splitlines())
-    return int(fields["rchar"]), int(fields["wchar"])
-
-
-def traffic(envs: Any, actions: list[Any]) -> tuple[int, int]:
-    """Bytes all workers read and wrote while ``actions`` were stepped (summed)."""
-    before = [io_bytes(p) for p in envs.worker_pids]
-    for a in actions:
-        envs.step(a)
-    after = [io_bytes(p) for p in envs.worker_pids]
-    read = sum(a[0] - b[0] for a, b in zip(after, before, strict=True))
-    written = sum(a[1] - b[1] for a, b in zip(after, before, strict=True))
-    return read, written
 
 
 # ------------------------------------------------------------------ How it works

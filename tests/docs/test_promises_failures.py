@@ -1,5 +1,5 @@
 """README promises of the "Failure handling" section that no other test would notice
-losing (issue 9): the restart timer node, env exceptions in reset and in first-ready
+losing: the restart timer node, env exceptions in reset and in first-ready
 stepping, an unpicklable call result, ``reset_wait``/``call_wait`` timeouts, the
 catchable bases ``UsageError`` / ``WorkerFailure``, and the finalizer.
 
@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import Backend, on_backends
+from gymnasium.vector import SyncVectorEnv
 from support.fault_cases import (
     CALLER_BLOCKS,
     CALLER_DIES,
@@ -37,7 +38,6 @@ from support.fault_envs import (
     segment_path,
     wait_gone,
 )
-from gymnasium.vector import SyncVectorEnv
 from support.helpers import full_text
 
 import envmgr

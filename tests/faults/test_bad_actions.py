@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from support.envs import BoxActionEnv, DictObsEnv, assert_same
 from gymnasium.vector import SyncVectorEnv
+from support.envs import BoxActionEnv, DictObsEnv, assert_same
 from support.helpers import cartpole
 
 from envmgr import SubprocessEnvManager

@@ -14,6 +14,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from conftest import Backend, on_backends
+from gymnasium import spaces
 from support.envs import (
     DictObsEnv,
     EnvBoom,
@@ -23,7 +24,6 @@ from support.envs import (
     UnpicklableInfoEnv,
     failing_factory,
 )
-from gymnasium import spaces
 from support.helpers import full_text
 
 from envmgr import RemoteTraceback, SubprocessEnvManager, WorkerError

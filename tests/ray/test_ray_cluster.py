@@ -154,8 +154,8 @@ def _kill(envs: Any, k: int) -> None:
     """Kill actor ``k`` and wait until Ray reports it dead (ray.kill is asynchronous) and
     its process is gone: the GCS may say DEAD while the process still answers a call
     sent straight to it (a step then succeeds on the "dead" actor)."""
-    from support.fault_envs import process_token, wait_gone
     from ray._private import state
+    from support.fault_envs import process_token, wait_gone
 
     actor_id = envs.actor_info[k].actor_id
     token = process_token(envs.actor_info[k].pid)

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import cloudpickle
-from support import fault_envs
 import numpy as np
 import pytest
+from support import fault_envs
 from support.backend_cases import LocalRay
 from support.fault_cases import (
     AT_STEP,

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
+
 from support.fault_envs import process_token, wait_gone
 
 RAY_REASON = 'ray is not installed: pip install "envmgr[ray]" to run the Ray backend tests'

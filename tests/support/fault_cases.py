@@ -20,6 +20,15 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from conftest import Backend
+from gymnasium.vector import SyncVectorEnv
+
+from envmgr import (
+    BrokenManagerError,
+    ClosedManagerError,
+    WorkerDiedError,
+    WorkerFailure,
+    WorkerTimeoutError,
+)
 from support.fault_envs import (
     EXIT_CODE,
     fault_env_fns,
@@ -29,15 +38,6 @@ from support.fault_envs import (
     segment_path,
     wait_gone,
     wait_unlinked,
-)
-from gymnasium.vector import SyncVectorEnv
-
-from envmgr import (
-    BrokenManagerError,
-    ClosedManagerError,
-    WorkerDiedError,
-    WorkerFailure,
-    WorkerTimeoutError,
 )
 
 N_WORKERS, EPW = 2, 2

@@ -89,6 +89,7 @@ __all__ = [
     "FaultEnv",
     "fault_env_fns",
     "incarnations",
+    "record_construction",
     "rss_bytes",
     "process_token",
     "process_state",
@@ -137,7 +138,7 @@ def incarnations(state_dir: str | os.PathLike[str], tag: int) -> int:
     return sum(1 for p in Path(state_dir).glob(f"env{tag}.built.*"))
 
 
-def _record_construction(state_dir: str, tag: int) -> int:
+def record_construction(state_dir: str, tag: int) -> int:
     """Record one more construction of env ``tag``; returns its incarnation number (0-based)."""
     d = Path(state_dir)
     n = 0
@@ -271,7 +272,7 @@ class FaultEnv(gym.Env):  # type: ignore[type-arg]
             _disable_death_signal()
         if mute_watchdog:
             _mute_thread_exits()
-        self.incarnation = 0 if state_dir is None else _record_construction(state_dir, tag)
+        self.incarnation = 0 if state_dir is None else record_construction(state_dir, tag)
         self.armed = kind != "none" and (
             state_dir is None or fire_in is None or self.incarnation in fire_in
         )

@@ -37,3 +37,20 @@ def pid_exists(pid: int) -> bool:
     except (OSError, IndexError):
         return False
     return state not in ("Z", "X")
+
+
+def io_bytes(pid: int) -> tuple[int, int]:
+    """``(rchar, wchar)``: bytes process ``pid`` has read and written through syscalls."""
+    fields = dict(line.split(": ") for line in Path(f"/proc/{pid}/io").read_text().splitlines())
+    return int(fields["rchar"]), int(fields["wchar"])
+
+
+def traffic(envs: Any, actions: list[Any]) -> tuple[int, int]:
+    """Bytes all workers read and wrote while ``actions`` were stepped (summed)."""
+    before = [io_bytes(p) for p in envs.worker_pids]
+    for a in actions:
+        envs.step(a)
+    after = [io_bytes(p) for p in envs.worker_pids]
+    read = sum(a[0] - b[0] for a, b in zip(after, before, strict=True))
+    written = sum(a[1] - b[1] for a, b in zip(after, before, strict=True))
+    return read, written

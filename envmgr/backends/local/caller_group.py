@@ -102,12 +102,18 @@ class CallerBackend:
         return [*readies, self._group.ready(os.getpid())]
 
     def attach(
-        self, observation_space: gym.Space[Any], action_space: gym.Space[Any]
+        self, observation_space: gym.Space[Any], action_space: gym.Space[Any], ragged: Any = None
     ) -> SharedBuffers:
-        buffers = self.inner.attach(observation_space, action_space)
+        buffers = self.inner.attach(observation_space, action_space, ragged)
         r = self.layout.range(self.caller)
         assert self._group is not None
-        self._group.attach(buffers.slice(r.start, r.stop))
+        views = buffers.slice(r.start, r.stop)
+        # Its store is this process's memory, read by the front end as it is: it grows
+        # in place and never spills.
+        buffers.add_ragged([len(r)], ragged, shared=False)
+        if buffers.ragged is not None:
+            views["observations"] = buffers.ragged[self.caller]
+        self._group.attach(views)
         return buffers
 
     # ================================================================ commands

@@ -157,13 +157,14 @@ class WorkerPool:
 
     # ================================================================ starting
 
-    def spawn(self, g: int, layout: Any) -> None:
+    def spawn(self, g: int, layout: Any, ragged: Any = None) -> None:
         """Start worker ``g``'s process and record it as group ``g``'s (in place of the one
         there, or as the next group); with ``layout`` it attaches to shared memory at once.
 
         Ctrl-C is held back from the fork until the process, its pipe and its sentinel
         are recorded (:func:`ctrl_c_held`), so an interrupt always finds them where
-        :meth:`stop`, the waits and the shutdown look.
+        :meth:`stop`, the waits and the shutdown look. ``ragged``: the group's store of a
+        Sequence/Graph observation space, mapped with ``layout``.
         """
         parent_conn, child_conn = self._ctx.Pipe(duplex=True)
         inherited = [parent_conn, self.wake_r, *(c for i, c in enumerate(self.conns) if i != g)]
@@ -177,6 +178,7 @@ class WorkerPool:
             fds_to_close=tuple(c.fileno() for c in inherited) if self._fork else (),
             layout=layout,
             death_signal=threading.current_thread() is threading.main_thread(),
+            ragged=ragged,
         )
         proc = self._ctx.Process(
             target=worker_main,

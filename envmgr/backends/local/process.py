@@ -117,14 +117,15 @@ class ProcessBackend:
         return readies
 
     def attach(
-        self, observation_space: gym.Space[Any], action_space: gym.Space[Any]
+        self, observation_space: gym.Space[Any], action_space: gym.Space[Any], ragged: Any = None
     ) -> SharedBuffers:
         n, pool = self.n_workers, self.pool
         self.buffers = buffers = SharedBuffers.create(
             observation_space, action_space, self.layout.num_envs, n
         )
-        for conn in pool.conns:
-            conn.send(Attach(-1, buffers.layout))
+        buffers.add_ragged(self.layout.sizes[:n], ragged, shared=True)
+        for g, conn in enumerate(pool.conns):
+            conn.send(Attach(-1, buffers.layout, buffers.ragged_layout(g)))
         self._handshake(range(n), "attach")
         self._bell = ParentDoorbell(buffers.control, pool.conns, pool.wake_r.fileno(), pool.poller)
         self._collector = Collector(pool, self._bell, n, self.parent_spin_seconds)
@@ -240,7 +241,10 @@ class ProcessBackend:
         self._collector.forget_woken()
         # Its command word may hold the step it never finished: the new process
         # reads the word as already seen, so it will not run it.
-        pool.spawn(g, self.buffers.layout)
+        # A re-laid store the lost worker never moved to is dropped: the new one maps
+        # the store the parent reads.
+        self.buffers.drop_pending(g)
+        pool.spawn(g, self.buffers.layout, self.buffers.ragged_layout(g))
         old.close()
         try:
             (ready,) = pool.handshake([g], "restart", self.start_timeout)

@@ -38,7 +38,8 @@ from envmgr.envside.serve import (
     serve_step,
     unsendable_answer,
 )
-from envmgr.protocol.messages import Ack, Attach, Close, Command, Step, WorkerConfig
+from envmgr.protocol.messages import Ack, Attach, AttachRagged, Close, Command, Step, WorkerConfig
+from envmgr.protocol.ragged import RaggedLayout, RaggedStore
 from envmgr.protocol.shared_memory import SharedBuffers
 
 __all__ = ["worker_main"]
@@ -55,12 +56,15 @@ def _attach_layout(
     conn: Connection,
     wake: Connection,
     layout: Any,
-    mapped: list[SharedBuffers],
+    ragged: RaggedLayout | None,
+    mapped: list[Any],
 ) -> WorkerDoorbell:
     """Map the manager's segment, point the group at its rows, and make the doorbell."""
     buffers = SharedBuffers.attach(layout)
     mapped.append(buffers)
     group.attach(buffers.slice(group.offset, group.offset + group.n))
+    if ragged is not None:
+        _attach_ragged(group, ragged, mapped)
     parent_pid = os.getppid()
     manager_pid = config.manager_pid
     return WorkerDoorbell(
@@ -72,6 +76,17 @@ def _attach_layout(
         lambda: not _manager_gone(manager_pid, parent_pid),
         LIVENESS_INTERVAL,
     )
+
+
+def _attach_ragged(group: EnvGroup, layout: RaggedLayout, mapped: list[Any]) -> None:
+    """Map the group's (re-laid) store and write into it from now on; unmap the old one."""
+    old = group.ragged
+    store = RaggedStore.attach(layout)
+    mapped.append(store)
+    group.attach_ragged(store)
+    if old is not None:
+        mapped.remove(old)
+        old.close()
 
 
 def _receive(conn: Connection, spin_seconds: float, parent_pid: int) -> Command | None:
@@ -156,11 +171,11 @@ def worker_main(conn: Connection, wake: Connection, config: WorkerConfig) -> Non
     except BuildFailed as failed:
         _send(conn, config, build_error(spec, failed), "make")
         return
-    mapped: list[SharedBuffers] = []  # closed on the way out, however the loop ends
+    mapped: list[Any] = []  # segments closed on the way out, however the loop ends
     try:
         bell = None
         if config.layout is not None:
-            bell = _attach_layout(group, config, conn, wake, config.layout, mapped)
+            bell = _attach_layout(group, config, conn, wake, config.layout, config.ragged, mapped)
         if _send(conn, config, group.ready(os.getpid()), "start"):
             _serve_forever(group, conn, wake, config, parent_pid, bell, mapped)
     finally:
@@ -177,7 +192,7 @@ def _serve_forever(
     config: WorkerConfig,
     parent_pid: int,
     bell: WorkerDoorbell | None,
-    mapped: list[SharedBuffers],
+    mapped: list[Any],
 ) -> None:
     """The command loop: wait, serve, answer (in the DONE word, and the pipe if needed)."""
     timers = group.timers
@@ -199,7 +214,7 @@ def _serve_forever(
                 _send(conn, config, Ack(config.worker_index, seq), "close")
                 return
             if isinstance(cmd, Attach):
-                bell = _attach_layout(group, config, conn, wake, cmd.layout, mapped)
+                bell = _attach_layout(group, config, conn, wake, cmd.layout, cmd.ragged, mapped)
                 _send(conn, config, Ack(config.worker_index, seq), "attach")
                 # The wait for Attach is the manager's start-up (it waits for every
                 # worker to be ready), timed in the parent's start node: not the
@@ -209,6 +224,9 @@ def _serve_forever(
         try:
             if cmd is None:
                 answer: Any = serve_step(group, seq, bool(got[1] & SHIP_TIMERS), None)
+            elif isinstance(cmd, AttachRagged):
+                _attach_ragged(group, cmd.layout, mapped)
+                answer = Ack(config.worker_index, seq)
             else:
                 answer = serve(group, cmd)
         except BaseException as exc:

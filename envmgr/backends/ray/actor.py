@@ -92,6 +92,11 @@ class EnvActor:
         # No info columns: every answer travels anyway (it carries the rows), so the
         # infos ride in it and the driver merges them a key at a time.
         views["info_arena"] = None
+        # A Sequence/Graph space: a store of its own, growing in place; it rides in the
+        # answer as the observations' rows.
+        buffers.add_ragged([group.n], spec.ragged, shared=False)
+        if buffers.ragged is not None:
+            views["observations"] = buffers.ragged[0]
         group.attach(views)
         self._idle_since = perf_counter()
         return group.ready(os.getpid()), *node

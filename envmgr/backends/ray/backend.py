@@ -28,6 +28,7 @@ from envmgr.envside.serve import error_response
 from envmgr.errors import RayActorDiedError, RemoteTraceback, WorkerDiedError, WorkerTimeoutError
 from envmgr.protocol.layout import Layout
 from envmgr.protocol.messages import Command, ErrorResponse, Ready, Step, StepResponse
+from envmgr.protocol.ragged import RaggedStore
 from envmgr.protocol.shared_memory import SharedBuffers
 from envmgr.protocol.trees import scatter_tree
 
@@ -147,11 +148,14 @@ class RayBackend:
             raise exc from RemoteTraceback(answer.traceback)
         return answer  # type: ignore[no-any-return]
 
-    def attach(self, observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> Any:
+    def attach(
+        self, observation_space: gym.Space[Any], action_space: gym.Space[Any], ragged: Any = None
+    ) -> Any:
         """The driver's private batch arrays; answers are copied in at each actor's rows."""
         layout = self.layout
         spaces = (observation_space, action_space)
         self.buffers = SharedBuffers.private(*spaces, layout.num_envs, layout.n_groups)
+        self.buffers.add_ragged(layout.sizes, ragged, shared=False)
         return self.buffers
 
     # ================================================================ commands
@@ -245,7 +249,11 @@ class RayBackend:
         r = self.layout.range(g)
         rows = slice(r.start, r.stop)
         obs, rewards, terms, truncs, seconds, steps = arrays
-        if obs is not None and buffers.observations is not None:
+        if isinstance(obs, RaggedStore) and buffers.ragged is not None:
+            store = buffers.ragged[g]
+            assert store is not None
+            store.load(obs)  # grows with the actor's store
+        elif obs is not None and buffers.observations is not None:
             scatter_tree(buffers.observations, rows, obs)
         if rewards is not None:  # None: a timers flush, which carries the step times only
             buffers.rewards[rows] = rewards

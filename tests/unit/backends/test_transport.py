@@ -14,8 +14,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
-from support.envs import TextObsEnv, assert_same
 from gymnasium.vector import SyncVectorEnv
+from support.envs import TextObsEnv, assert_same
 from support.helpers import batch_actions
 
 from envmgr import SubprocessEnvManager

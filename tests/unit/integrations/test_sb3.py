@@ -27,8 +27,8 @@ import cloudpickle
 import gymnasium as gym
 import numpy as np
 import pytest
-from support.envs import EnvBoom, ExplodingEnv, assert_same
 from gymnasium import spaces
+from support.envs import EnvBoom, ExplodingEnv, assert_same
 
 sb3 = pytest.importorskip(
     "stable_baselines3",
@@ -56,10 +56,6 @@ pytestmark = pytest.mark.timeout(120)
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 REPO = Path(__file__).resolve().parents[3]
-
-#: The manager's per-env targets and uneven splits (issue 10) are not merged yet on
-#: every branch; tests that need them are expected to fail until they are.
-
 
 # ------------------------------------------------------------------ envs
 
@@ -289,7 +285,7 @@ def test_mujoco_infos_match_dummy_vec_env_and_travel_in_shared_memory() -> None:
     """HalfCheetah's numpy-scalar infos come back exactly (types included) and, from the
     second step on, the workers write nothing but wake-up bytes: no info is pickled."""
     pytest.importorskip("mujoco")
-    from test_promises import traffic
+    from support.helpers import traffic
 
     with pair([half_cheetah] * 4, n_workers=2, start_method="fork", timer_interval=1e9) as (
         ours,

@@ -13,9 +13,9 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
-from support.envs import DictObsEnv, dict_obs_space
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
+from support.envs import DictObsEnv, dict_obs_space
 from support.helpers import cartpole, full_text
 
 import envmgr

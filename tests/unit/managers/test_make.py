@@ -108,7 +108,7 @@ def test_user_registered_env_without_the_workers_registry(user_env_id: str, cont
         assert envs.spec.kwargs == {"size": 3, "reward": 2.5, **recorded}
 
 
-def test_the_issue_example_env_kwargs_go_to_the_env() -> None:
+def test_env_kwargs_given_to_make_go_to_the_env() -> None:
     # make("Pendulum-v1", num_envs=4, n_workers=2, g=9.0) used to fail with
     # "SubprocessEnvManager.__init__() got an unexpected keyword argument 'g'".
     with make("Pendulum-v1", num_envs=4, n_workers=2, g=9.0) as envs:

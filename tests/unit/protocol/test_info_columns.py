@@ -17,11 +17,11 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from conftest import Backend
-from support.envs import assert_same
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
-from test_equivalence import compare, local_only, sample_actions
-from test_promises import traffic
+from support.envs import assert_same
+from support.equivalence import compare, local_only, sample_actions
+from support.helpers import traffic
 
 from envmgr import SubprocessEnvManager
 from envmgr.envside.info_writer import InfoWriter

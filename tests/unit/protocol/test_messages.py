@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from envmgr.protocol import messages
+from envmgr.protocol.ragged import RaggedLayout
 from envmgr.protocol.shared_memory import SharedLayout
 from envmgr.timers import GaugeNode, TimerNode
 
@@ -57,6 +58,9 @@ def _samples() -> dict[str, Any]:
             layout=_LAYOUT,
         ),
         "Attach": messages.Attach(3, _LAYOUT),
+        "AttachRagged": messages.AttachRagged(
+            4, RaggedLayout("envmgr_x", 2, gym.spaces.Sequence(gym.spaces.Discrete(3)), 2, (8,))
+        ),
         "Step": messages.Step(5, True, (np.int64(1), "text-action")),
         "Reset": messages.Reset(6, (1, None, 3), {"note": 1}, (True, False, True), False),
         "Call": messages.Call(7, "scaled", (2,), {"offset": 1}, (0, 2)),

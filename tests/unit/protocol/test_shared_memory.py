@@ -10,9 +10,9 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
-from support.envs import dict_obs_space
 from gymnasium import spaces
 from gymnasium.vector.utils import create_empty_array
+from support.envs import dict_obs_space
 
 from envmgr.protocol.shared_memory import (
     SEGMENT_PREFIX,
