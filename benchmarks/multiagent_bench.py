@@ -42,7 +42,8 @@ raises is a row with its error; one that crashes is a row with the signal. Agent
 agent rows per batch (dead agents' rows included, as every implementation here keeps them).
 
 For envmgr, after the timed window and outside it, a short window (under the manager's
-``timer_interval``, starting at a timer flush, so no timer shipment falls in it) measures:
+``timer_interval``, starting at a timer flush, so no timer shipment falls in it; bytes are
+counted from the third step after the flush, once the flush's own traffic is over) measures:
 
 * the workers' packing per live agent-step: the ``agents.pack`` node under
   ``step/env.step`` of the merged timer tree (``workers/worker_root``);
@@ -50,8 +51,9 @@ For envmgr, after the timed window and outside it, a short window (under the man
   ``manager.step`` inside it;
 * bytes pickled per batch: the workers' ``/proc/<pid>/io`` ``wchar`` minus one wake-up
   byte per batch (two workers finishing at once may both write it, so up to one byte per
-  batch is wake-ups, never a pickle of tens of bytes); beside it, the bytes per batch over
-  the whole timed window, timer shipments included.
+  batch is wake-ups, never a pickle of tens of bytes), and ``rchar`` per batch (which
+  counts file reads too: KAZ loads sprites as zombies appear); beside them, the bytes
+  written per batch over the whole timed window, timer shipments included.
 
 Writes ``multiagent.json`` and ``multiagent.txt`` (``quick.*`` with ``--quick``) to
 ``--out`` (default ``benchmarks/results/multiagent/``) with the machine and commit.
@@ -80,7 +82,8 @@ from typing import Any
 import numpy as np
 from pettingzoo import ParallelEnv
 
-REPO = Path(__file__).resolve().parents[1]
+#: The repository root (found, not counted: this file may move within benchmarks/).
+REPO = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").exists())
 
 ENVS = ["spread-3", "spread-10", "battle", "kaz", "synthetic"]
 #: Envs whose agents die before the episode ends (SuperSuit needs ``black_death_v3``).
@@ -448,13 +451,16 @@ def pack_seconds() -> float:
     return float(node["total"]) if node else 0.0
 
 
+#: Steps after a timer flush before bytes are counted: the flush's own traffic (the next
+#: command after it travels by pipe) is over by then.
+SETTLE_BATCHES = 3
+
+
 def profile_envmgr(vec: Any, actions: np.ndarray, k: int, seconds: float) -> dict[str, Any]:
     """Packing per live agent and bytes per batch, over ``seconds`` of steps (see the module
     docstring); the steps here are outside the timed window."""
     manager = vec.manager
     pids = list(manager.worker_pids)
-    pack0 = pack_seconds()  # a flush: no timer shipment is due for timer_interval from here
-    r0, w0 = io_bytes(pids)
     inner = [0.0]
     manager_step = manager.step
 
@@ -465,12 +471,16 @@ def profile_envmgr(vec: Any, actions: np.ndarray, k: int, seconds: float) -> dic
         finally:
             inner[0] += perf_counter() - t0
 
-    manager.step = timed_manager_step  # the instance attribute shadows the method
     outer = 0.0
     live = batches = 0
+    io0 = (0, 0)
+    pack0 = pack_seconds()  # a flush: no timer shipment is due for timer_interval from here
     deadline = perf_counter() + seconds
+    manager.step = timed_manager_step  # the instance attribute shadows the method
     try:
-        while batches < 3 or perf_counter() < deadline:
+        while batches < 2 * SETTLE_BATCHES or perf_counter() < deadline:
+            if batches == SETTLE_BATCHES:
+                io0 = io_bytes(pids)
             t0 = perf_counter()
             out = vec.step(actions[(k + batches) % len(actions)])
             outer += perf_counter() - t0
@@ -478,16 +488,17 @@ def profile_envmgr(vec: Any, actions: np.ndarray, k: int, seconds: float) -> dic
             batches += 1
     finally:
         del manager.step
-    r1, w1 = io_bytes(pids)
+    read, written = (b - a for a, b in zip(io0, io_bytes(pids), strict=True))
     pack = pack_seconds() - pack0
+    counted = batches - SETTLE_BATCHES
     return {
         "profile_batches": batches,
         "live_agents_per_batch": live / batches,
         "worker_pack_us_per_agent": pack / max(live, 1) * 1e6,
         "parent_unpack_us_per_agent": (outer - inner[0]) / max(live, 1) * 1e6,
-        "pickled_bytes_per_batch": max(0, (w1 - w0) - batches) / batches,
-        "written_bytes_per_batch": (w1 - w0) / batches,
-        "read_bytes_per_batch": (r1 - r0) / batches,
+        "pickled_bytes_per_batch": max(0, written - counted) / counted,
+        "written_bytes_per_batch": written / counted,
+        "read_bytes_per_batch": read / counted,
         "n_workers": len(pids),
     }
 
@@ -560,9 +571,11 @@ def run_child(spec: dict[str, Any]) -> dict[str, Any]:
         out = Path(tmp) / "sample.json"
         cmd = [sys.executable, *entry, "--child", json.dumps(spec), "--child-out", str(out)]
         limit = CHILD_OVERHEAD_TIMEOUT + spec["warmup"] + spec["seconds"] + spec["profile"]
+        path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
         proc = subprocess.Popen(
             cmd,
             cwd=REPO,
+            env={**os.environ, "PYTHONPATH": path},  # this checkout's envmgr, however started
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
