@@ -1,6 +1,6 @@
 """The multi-agent benchmark runs end to end at its smoke size and writes what it promises.
 
-It runs as a user would, ``python -m benchmarks.multiagent_bench`` from the repository
+It runs as a user would, ``python -m benchmarks.suites.multiagent`` from the repository
 root in a subprocess, on the synthetic env with the ceiling and envmgr's default layout.
 Only the structure of the results is checked, never a speed.
 """
@@ -27,7 +27,7 @@ def test_quick_run_reports_ratios_packing_bytes_and_targets(tmp_path: Path) -> N
     }
     proc = subprocess.run(
         [
-            sys.executable, "-m", "benchmarks.multiagent_bench", "--quick",
+            sys.executable, "-m", "benchmarks.suites.multiagent", "--quick",
             "--envs", "synthetic", "--impls", "envmgr,ceiling", "--out", str(tmp_path),
         ],
         cwd=REPO, capture_output=True, text=True, timeout=100, env=env,

@@ -3,9 +3,9 @@ machine's ceiling, SuperSuit and PufferLib, on PettingZoo ``ParallelEnv``s.
 
 Usage (from the repository root)::
 
-    python -m benchmarks.multiagent_bench                   # the full run, about 15 minutes
-    python -m benchmarks.multiagent_bench --quick           # smoke run: 1 round, 0.3 s each
-    python -m benchmarks.multiagent_bench --envs battle --n-envs 8 --impls serial,ceiling,envmgr
+    python -m benchmarks.suites.multiagent                   # the full run, about 15 minutes
+    python -m benchmarks.suites.multiagent --quick           # smoke run: 1 round, 0.3 s each
+    python -m benchmarks.suites.multiagent --envs battle --n-envs 8 --impls serial,ceiling,envmgr
 
 The envs (``--envs``), each at 8 and 32 envs (``spread-3`` also at 16) unless ``--n-envs``:
 
@@ -672,7 +672,7 @@ def run(args: argparse.Namespace, save: Callable[[dict[str, Any]], None]) -> dic
         for n in (args.n_envs or DEFAULT_N_ENVS.get(e, [8, 32]))
     ]
     report: dict[str, Any] = {
-        "command": " ".join(["python -m benchmarks.multiagent_bench", *args.argv]),
+        "command": " ".join(["python -m benchmarks.suites.multiagent", *args.argv]),
         "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "args": {k: v for k, v in vars(args).items() if k not in ("out", "argv", "child")},
         "machine": machine_info(),
@@ -906,7 +906,7 @@ def tables(report: dict[str, Any]) -> str:
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="python -m benchmarks.multiagent_bench",
+        prog="python -m benchmarks.suites.multiagent",
         description=(__doc__ or "").split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
