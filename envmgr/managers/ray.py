@@ -334,8 +334,9 @@ class RayEnvManager(BatchedVectorEnv):
 
     @property
     def restarts(self) -> list[int]:
-        """How many times each actor was replaced."""
-        return [a.restarts for a in self.actor_info]
+        """How many times each actor was replaced after a failure (recycles count in
+        ``.recycles``)."""
+        return list(self._budget.restarts)
 
     def _shutdown(self, graceful: bool) -> None:
         try:
