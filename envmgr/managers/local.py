@@ -129,7 +129,8 @@ class SubprocessEnvManager(BatchedVectorEnv):
             :class:`~envmgr.frontend.options.FrontEndOptions`: ``num_envs``, ``vector_fn``
             (a batched env hosted per worker), ``copy``, ``autoreset_mode``,
             ``check_actions``, ``max_restarts``, ``restart_window``,
-            ``start_timeout``, ``timer_interval``.
+            ``start_timeout``, ``timer_interval``, ``max_worker_steps`` and
+            ``max_worker_memory`` (recycling; never the ``caller_envs``).
     """
 
     group_noun = "workers"

@@ -190,7 +190,9 @@ class RayEnvManager(BatchedVectorEnv):
             ``check_actions``, ``max_restarts`` (a lost actor is a dead actor
             process, a lost node, or one that overran ``step_timeout``),
             ``restart_window``, ``start_timeout`` (placing an actor waits for
-            resources; an impossible one ends here), ``timer_interval``.
+            resources; an impossible one ends here), ``timer_interval``,
+            ``max_worker_steps`` and ``max_worker_memory`` (recycling: each actor
+            reports its own resident memory, wherever it runs).
     """
 
     group_noun = "actors"
