@@ -110,10 +110,10 @@ class FloorPingPong:
         context: str = "spawn",
     ) -> None:
         from envmgr.backends.local.doorbell import KIND_STEP, ParentDoorbell
-        from envmgr.backends.local.wait import Until
+        from envmgr.backends.local.wait import WaitEnd
 
         self.kind = KIND_STEP
-        self.ready = Until.READY
+        self.ready = WaitEnd.READY
         self.parent_spin = parent_spin_seconds
         rows = n_workers + 1
         self.shm = SharedMemory(create=True, size=rows * _ROW * 8)
@@ -172,7 +172,7 @@ class FloorPingPong:
     def step(self, _actions: Any = None) -> None:
         bell, seq = self.bell, self.seq + 1
         self.seq = seq
-        bell.announce(self.workers, seq, self.kind)
+        bell.post_command(self.workers, seq, self.kind)
         # The manager's own batch wait (spin for parent_spin_seconds, then sleep until the
         # finisher rings); anything but READY is a poll event other than the wake-up: a
         # sentinel.

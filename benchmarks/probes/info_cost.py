@@ -3,7 +3,7 @@
 Part A, infos: a batch of 32 envs in 2 groups whose every env returns four numeric
 info keys, as HalfCheetah-v5 does (three np.float64, one np.float32):
 
-* the parent's CPU to read one batch (``BatchReader.read_batch``) with no infos, with
+* the parent's CPU to read one batch (``BatchReader.read_shared``) with no infos, with
   the keys in shared-memory columns (today; also with the second group meeting the keys
   in the reverse order, so that its columns lie at other offsets), and with them
   pickled: unpickling the two answers, then either Gymnasium's ``_add_info`` once per
@@ -101,18 +101,18 @@ def part_infos(repeats: int) -> list[str]:
         return merge_pairs({}, pairs, N, add_info)
 
     want = before()
-    for got in (with_columns.read_batch()[4], laid_apart.read_batch()[4]):
+    for got in (with_columns.read_shared()[4], laid_apart.read_shared()[4]):
         assert got.keys() == want.keys() and all(np.array_equal(got[k], want[k]) for k in got)
     number = 2000
     rows = [
-        ("parent: read a batch, no infos", median_us(no_infos.read_batch, number, repeats)),
+        ("parent: read a batch, no infos", median_us(no_infos.read_shared, number, repeats)),
         (
             "parent: read a batch, 4 keys in columns",
-            median_us(with_columns.read_batch, number, repeats),
+            median_us(with_columns.read_shared, number, repeats),
         ),
         (
             "parent: read a batch, 4 keys, groups laid out apart",
-            median_us(laid_apart.read_batch, number, repeats),
+            median_us(laid_apart.read_shared, number, repeats),
         ),
         ("parent: 4 keys pickled, _add_info per env (before)", median_us(before, number, repeats)),
         ("parent: 4 keys pickled, merged a key at a time", median_us(pickled_now, number, repeats)),

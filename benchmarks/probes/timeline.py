@@ -137,7 +137,7 @@ def instrument(notes: Notes) -> None:
     _wrap(worker_doorbell.WorkerDoorbell, "wait", worker_wait)
     _wrap(worker_doorbell.WorkerDoorbell, "step_done", step_done)
     _wrap(single_group.SingleEnvGroup, "step", group_step)
-    _wrap(doorbell.ParentDoorbell, "announce", announce)
+    _wrap(doorbell.ParentDoorbell, "post_command", announce)
     _wrap(doorbell.ParentDoorbell, "wait_all", wait_all)
 
 

@@ -117,7 +117,7 @@ def instrument(notes: Notes) -> None:
     _wrap(serve, "serve_step", marked("served"))
     worker.serve_step = serve.serve_step  # type: ignore[attr-defined]
     caller_group.serve_step = serve.serve_step  # type: ignore[attr-defined]
-    _wrap(doorbell.ParentDoorbell, "announce", announce)
+    _wrap(doorbell.ParentDoorbell, "post_command", announce)
     _wrap(doorbell.ParentDoorbell, "wait_all", marked("woke"))
     _wrap(worker_doorbell.WorkerDoorbell, "step_done", step_done)
 

@@ -45,11 +45,11 @@ from envmgr.protocol.messages import Command, ErrorResponse, Ready
 from envmgr.protocol.shared_memory import SharedBuffers
 from envmgr.protocol.trees import take_rows
 
-__all__ = ["Backend", "Lost", "Waited", "remote_exception", "unsendable", "group_shares"]
+__all__ = ["Backend", "LostGroup", "WaitResult", "remote_exception", "unsendable", "group_shares"]
 
 
 @dataclass(slots=True)
-class Lost:
+class LostGroup:
     """A group that died or overran its deadline.
 
     Attributes:
@@ -62,7 +62,7 @@ class Lost:
 
 
 @dataclass(slots=True)
-class Waited:
+class WaitResult:
     """What :meth:`Backend.wait` found.
 
     Attributes:
@@ -75,7 +75,7 @@ class Waited:
     """
 
     answers: dict[int, Any] = field(default_factory=dict)
-    lost: dict[int, Lost] = field(default_factory=dict)
+    lost: dict[int, LostGroup] = field(default_factory=dict)
     errors: list[ErrorResponse] = field(default_factory=list)
     fatal: ErrorResponse | None = None
     raised: BaseException | None = None
@@ -108,9 +108,9 @@ class Backend(Protocol):
 
     def wait(
         self, seqs: Mapping[int, int], timeout: float | None, need: int | None, phase: str
-    ) -> Waited: ...
+    ) -> WaitResult: ...
 
-    def wait_step(self, seq: int, timeout: float | None) -> Waited | None:
+    def wait_step(self, seq: int, timeout: float | None) -> WaitResult | None:
         """Wait for batch step ``seq`` of every group, as :meth:`wait` does.
 
         Returns ``None`` in the usual case: every group answered, in the batch
@@ -125,7 +125,7 @@ class Backend(Protocol):
         arrays; ``None`` means "use :meth:`wait`" (a backend may always say so)."""
         ...
 
-    def replace(self, g: int, timeout: float | None) -> Ready | Lost: ...
+    def replace(self, g: int, timeout: float | None) -> Ready | LostGroup: ...
 
     def recyclable(self) -> Sequence[int]:
         """The groups with a process of their own, which recycling may replace."""

@@ -139,7 +139,7 @@ class Calls:
     ) -> PendingCall:
         """Send ``make``'s command to each group owning a chosen env (refused unless idle)."""
         session = self._session
-        backend = session.idle(name)
+        backend = session.require_idle(name)
         targets, order = targets_of(session.layout, env_ids)
         seq = session.next_seq()
         commands = {g: make(g, seq, ids) for g, ids in targets.items()}

@@ -46,7 +46,7 @@ class FirstReady:
     def send(self, actions: Any, env_ids: Sequence[int] | np.ndarray | None = None) -> None:
         """:meth:`~envmgr.frontend.vector_env.BatchedVectorEnv.send`: whole groups only."""
         session = self._session
-        backend = session.usable("send")
+        backend = session.require_usable("send")
         pending = session.state.call
         if pending is not None:
             kind = pending.kind.value
@@ -65,10 +65,10 @@ class FirstReady:
                 f"{session.where(busy[0])} already has a step in flight: recv() it first", "send"
             )
         self._actions.check(actions, ids)
-        ship = session.worker_timers.want(groups)
+        ship = session.worker_timers.timers_due(groups)
         seq = session.next_seq()
         backend.post_step(groups, seq, ship, actions, ids)
-        session.fly(dict.fromkeys(groups, seq))
+        session.mark_in_flight(dict.fromkeys(groups, seq))
         session.worker_timers.unshipped = True
 
     def async_reset(
@@ -78,10 +78,10 @@ class FirstReady:
     ) -> None:
         """:meth:`~envmgr.frontend.vector_env.BatchedVectorEnv.async_reset`."""
         session = self._session
-        session.idle("async_reset")
+        session.require_idle("async_reset")
         if options is not None and "reset_mask" in options:
             raise ValueError("async_reset() resets every env: reset_mask is not supported here")
-        session.fly(session.post_reset(seed, options).seqs)
+        session.mark_in_flight(session.post_reset(seed, options).seqs)
 
     def recv(
         self, batch_size: int | None = None, timeout: float | None = None
@@ -89,7 +89,7 @@ class FirstReady:
         """:meth:`~envmgr.frontend.vector_env.BatchedVectorEnv.recv`: ``(obs, rewards,
         terminations, truncations, infos, env_ids)`` of the first groups done."""
         session = self._session
-        backend = session.usable("recv")
+        backend = session.require_usable("recv")
         inflight = session.state.in_flight
         if not inflight:
             raise NoAsyncCallError("recv() called with no step in flight: send() first", "recv")
@@ -109,17 +109,19 @@ class FirstReady:
             waited = perf_counter() - t0
             if ready is not None:
                 worker_timers.wait_node().add_time(waited)
-                session.land(ready)
-                return session.reader.read_groups(ready)  # type: ignore[union-attr,no-any-return]
+                session.mark_received(ready)
+                return session.reader.read_group_rows(ready)  # type: ignore[union-attr,no-any-return]
         with timers.hierarchical_timer("workers", worker_timers.stack) as node:
             node.total += waited
             answers, replaced = session.wait(inflight, timeout, CallKind.STEP, need=need)
         chosen = sorted(answers)
-        session.land(chosen)
+        session.mark_received(chosen)
         ranges = map(session.layout.range, chosen)
         ids = np.concatenate([np.arange(r.start, r.stop) for r in ranges])
         ship = any(a is not None and a.timer_root is not None for a in answers.values())
-        obs, rewards, terms, truncs, infos = session.read(answers, replaced, ship, ids)
+        obs, rewards, terms, truncs, infos = session.batch_from_answers(
+            answers, replaced, ship, ids
+        )
         return obs, rewards, terms, truncs, infos, ids
 
 

@@ -102,7 +102,7 @@ class InfoColumns:
             return None
         return [_planned(self.arena, column) for column in laid[0]]
 
-    def read(self, groups: Iterable[int] | None) -> Read:
+    def read_columns(self, groups: Iterable[int] | None) -> Read:
         """The columns' values of the keys some env has, as fresh arrays.
 
         Args:

@@ -15,7 +15,7 @@ from gymnasium.vector.utils import concatenate, create_empty_array
 
 from envmgr.frontend.infos import InfoColumns, merge, merge_pairs
 from envmgr.protocol.layout import Layout
-from envmgr.protocol.ragged import RaggedSpill, grown, read_batch
+from envmgr.protocol.ragged import RaggedSpill, grown, read_stores
 from envmgr.protocol.trees import rows_of_info, tree_map
 
 __all__ = ["BatchReader", "RESTARTED_INFO_KEY"]
@@ -39,7 +39,7 @@ class BatchReader:
         space: The single-env observation space.
         copy: Return copies (else views the next step overwrites).
         add_info: Gymnasium's ``VectorEnv._add_info``.
-        padded: Sequence/Graph parts as padded arrays (:func:`~envmgr.protocol.ragged.read_batch`).
+        padded: Sequence/Graph parts as padded arrays (:func:`~envmgr.protocol.ragged.read_stores`).
 
     A space with Sequence/Graph parts is read from the groups' stores
     (``buffers.ragged``), with the rows a store could not hold taken from the answers'
@@ -77,8 +77,8 @@ class BatchReader:
         self.spills: list[dict[int, Any]] = [{} for _ in range(layout.n_groups)]
         if buffers.ragged is not None:
             # Chosen once, so a fixed-shape space's reads carry no check for this.
-            self.read_batch = self._read_batch_ragged  # type: ignore[method-assign]
-            self.read_groups = self._read_groups_ragged  # type: ignore[method-assign]
+            self.read_shared = self._read_shared_ragged  # type: ignore[method-assign]
+            self.read_group_rows = self._read_group_rows_ragged  # type: ignore[method-assign]
             self.observations = self._observations_ragged  # type: ignore[method-assign]
             self.views = None
         elif buffers.observations is not None:
@@ -90,7 +90,7 @@ class BatchReader:
             self.per_env = [None] * len(buffers.rewards)
             self.views = create_empty_array(space, len(buffers.rewards))
 
-    def read_batch(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+    def read_shared(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """The whole batch when no group said more than its rows (the usual step).
 
         Only with observations in the arrays: otherwise every answer carries them.
@@ -108,12 +108,12 @@ class BatchReader:
             infos = self._column_infos(None)
         return obs, b.rewards.copy(), b.terminations.copy(), b.truncations.copy(), infos
 
-    def read_groups(
+    def read_group_rows(
         self, groups: list[int]
     ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any], np.ndarray]:
         """``recv``'s usual answer: the rows of ``groups`` (ascending), their env ids and
         their column infos (no answers, so nothing pickled); fresh arrays. Only with
-        observations in the arrays (see :meth:`read_batch`)."""
+        observations in the arrays (see :meth:`read_shared`)."""
         b = self.buffers
         if len(groups) == 1:
             g = groups[0]
@@ -145,10 +145,10 @@ class BatchReader:
             b.settle()
         stores, sizes, spills = b.ragged, self.layout.sizes, self.spills
         parts = [(stores[g], range(sizes[g]), spills[g]) for g in groups]
-        return read_batch(self.space, parts, self.padded)
+        return read_stores(self.space, parts, self.padded)
 
-    def _read_batch_ragged(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-        """:meth:`read_batch` of a Sequence/Graph space: every group wrote, none spilled."""
+    def _read_shared_ragged(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """:meth:`read_shared` of a Sequence/Graph space: every group wrote, none spilled."""
         for spill in self.spills:
             spill.clear()
         b = self.buffers
@@ -158,10 +158,10 @@ class BatchReader:
         obs = self._ragged(range(self.layout.n_groups))
         return obs, b.rewards.copy(), b.terminations.copy(), b.truncations.copy(), infos
 
-    def _read_groups_ragged(
+    def _read_group_rows_ragged(
         self, groups: list[int]
     ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any], np.ndarray]:
-        """:meth:`read_groups` of a Sequence/Graph space."""
+        """:meth:`read_group_rows` of a Sequence/Graph space."""
         for g in groups:
             self.spills[g].clear()
         groups = sorted(groups)
@@ -197,7 +197,7 @@ class BatchReader:
         columns = self.columns
         if not columns.any:
             return {}
-        return merge(columns.read(groups), (), self.layout.num_envs, self.add_info)
+        return merge(columns.read_columns(groups), (), self.layout.num_envs, self.add_info)
 
     def adopt(self, g: int, answer: Any) -> None:
         """Group ``g`` was replaced between calls (recycled): its info columns are forgotten,
@@ -206,7 +206,7 @@ class BatchReader:
         if answer is not None and answer.info_schema is not None:
             self.columns.update(g, answer.info_schema)
 
-    def read(
+    def read_answers(
         self,
         answers: dict[int, Any],
         replaced: dict[int, tuple[range, str]],
@@ -280,7 +280,7 @@ class BatchReader:
             # Only the groups that answered: a reset may tell some groups only, and
             # first-ready's other groups may be writing their rows.
             groups = None if len(answers) == self.layout.n_groups else sorted(answers)
-            infos = merge(columns.read(groups), pairs, n, self.add_info)
+            infos = merge(columns.read_columns(groups), pairs, n, self.add_info)
         else:
             infos = merge_pairs({}, pairs, n, self.add_info)
         notes = [(i, {RESTARTED_INFO_KEY: note}) for envs, note in replaced.values() for i in envs]

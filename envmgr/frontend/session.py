@@ -24,7 +24,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from envmgr import timers
-from envmgr.backends.base import Backend, Lost, Waited, remote_exception
+from envmgr.backends.base import Backend, LostGroup, WaitResult, remote_exception
 from envmgr.errors import (
     BrokenWorkerError,
     ClosedManagerError,
@@ -134,7 +134,7 @@ class Session:
 
     # ================================================================ call order
 
-    def usable(self, name: str) -> Backend:
+    def require_usable(self, name: str) -> Backend:
         """The backend, unless the manager is closed or broken (then say so for call ``name``)."""
         state = self.state
         # check_usable refuses exactly these; looked at here, send/recv make one call less.
@@ -142,7 +142,7 @@ class Session:
             state.check_usable(self.owner, name)
         return self.backend
 
-    def idle(self, name: str) -> Backend:
+    def require_idle(self, name: str) -> Backend:
         """The backend, if no call is pending and no ``send()`` step in flight."""
         if self.state is not IDLE:
             self.state.check_idle(self.owner, self.nouns, name)
@@ -158,11 +158,11 @@ class Session:
         self.state = IDLE
         return call
 
-    def fly(self, seqs: Mapping[int, int]) -> None:
+    def mark_in_flight(self, seqs: Mapping[int, int]) -> None:
         """The groups of ``seqs`` (group -> seq) started a step or reset ``recv()`` collects."""
         self.state = self.state.joined(seqs)
 
-    def land(self, groups: Sequence[int]) -> None:
+    def mark_received(self, groups: Sequence[int]) -> None:
         """``groups`` answered their ``send()`` (or reset): no longer in flight."""
         self.state = self.state.landed(groups)
 
@@ -200,10 +200,10 @@ class Session:
         """Wait for the answers to ``seqs`` (group -> seq; the first ``need``), then
         :meth:`settle` them; ``label`` names the call in messages (default: ``kind``'s)."""
         got = self.backend.wait(seqs, timeout, need, label or kind.value)
-        return self.settle(got, kind, resets)
+        return self.resolve_answers(got, kind, resets)
 
-    def settle(
-        self, got: Waited, kind: CallKind, resets: Mapping[int, Reset] | None = None
+    def resolve_answers(
+        self, got: WaitResult, kind: CallKind, resets: Mapping[int, Reset] | None = None
     ) -> tuple[dict[int, Any], Replaced]:
         """Fatal errors raised, lost groups replaced (or not, by ``kind``), errors raised.
 
@@ -230,13 +230,13 @@ class Session:
             replaced[g] = (self.layout.range(g), note)
         if got.errors or got.raised is not None:
             # Groups that answered (even with an error) are done with their send().
-            self.land([*answers, *(e.worker_index for e in got.errors)])
+            self.mark_received([*answers, *(e.worker_index for e in got.errors)])
             if got.raised is not None:
                 raise got.raised
             self.raise_remote(got.errors[0])
         return answers, replaced
 
-    def recover(self, g: int, lost: Lost, reset: Reset | None) -> StepResponse:
+    def recover(self, g: int, lost: LostGroup, reset: Reset | None) -> StepResponse:
         """Replace group ``g`` under the restart budget; its answer to the reset it then does.
 
         A group cut mid-step is reset (and, in next-step mode, reset once more at
@@ -324,7 +324,7 @@ class Session:
                             self._adopt(g, None)
                             return None
                         answer = self._reset_replacement(g, reset)
-                        if not isinstance(answer, Lost):
+                        if not isinstance(answer, LostGroup):
                             if recycling:
                                 self._adopt(g, answer)
                             return answer
@@ -356,7 +356,7 @@ class Session:
         if reader is not None:
             reader.adopt(g, answer)
 
-    def _reset_replacement(self, g: int, reset: Reset | None) -> StepResponse | Lost:
+    def _reset_replacement(self, g: int, reset: Reset | None) -> StepResponse | LostGroup:
         """Reset a replacement of group ``g``: as asked (``reset``), else all its envs."""
         seq = self.next_seq()
         if reset is None:
@@ -375,13 +375,15 @@ class Session:
             return got.answers[g]  # type: ignore[no-any-return]
         return got.lost[g]
 
-    def read(self, answers: dict[int, Any], replaced: Replaced, ship: bool, ids: Any) -> Batch:
+    def batch_from_answers(
+        self, answers: dict[int, Any], replaced: Replaced, ship: bool, ids: Any
+    ) -> Batch:
         """The batch (or rows ``ids``) with the answers' infos; timers merged if shipped."""
         if ship:
             self.merge_timers(answers)
         reader = self.reader
         assert reader is not None
-        batch = reader.read(answers, replaced, ids)
+        batch = reader.read_answers(answers, replaced, ids)
         if reader.grows:
             self.relay_ragged(reader)
         return batch
@@ -413,13 +415,13 @@ class Session:
         self, seed: int | Sequence[int | None] | None, options: dict[str, Any] | None
     ) -> PendingCall:
         """Send a reset to the groups owning the envs it resets; the call to wait for."""
-        backend = self.usable("reset")
+        backend = self.require_usable("reset")
         seeds, options, mask = reset_arguments(seed, options, self.layout.num_envs)
         if self.recycler is not None and self.recycler.due:
             ranges = zip(self.groups, map(self.layout.range, self.groups), strict=True)
             whole = [g for g, r in ranges if mask is None or mask[r.start : r.stop].all()]
             self.recycle_due(whole)  # before the seq: a replacement starts at the last one
-        ship = self.worker_timers.want()
+        ship = self.worker_timers.timers_due()
         seq = self.next_seq()
         commands: dict[int, Reset] = {}
         for g in self.groups:
@@ -431,18 +433,18 @@ class Session:
         self.worker_timers.unshipped = True
         return PendingCall(CallKind.RESET, dict.fromkeys(commands, seq), ship, commands)
 
-    def post_step(self, actions: Any) -> tuple[int, bool]:
+    def start_step(self, actions: Any) -> tuple[int, bool]:
         """Hand checked actions to every group: the step's seq and whether timers ship."""
         recycler = self.recycler
         if recycler is not None and recycler.due:
             self.recycle_due()
-        ship = self.worker_timers.want()
+        ship = self.worker_timers.timers_due()
         self.seq = seq = self.seq + 1
         self.backend.post_step(self.groups, seq, ship, actions, None)
         self.worker_timers.unshipped = True
         return seq, ship
 
-    def wait_step(self, seq: int, ship: bool, timeout: float | None) -> Batch:
+    def finish_step(self, seq: int, ship: bool, timeout: float | None) -> Batch:
         """Wait for batch step ``seq``; the usual step is read straight from the arrays."""
         t0 = perf_counter()
         got = self.backend.wait_step(seq, timeout)
@@ -450,14 +452,14 @@ class Session:
         assert reader is not None
         if got is None:
             self.worker_timers.target.add_time(perf_counter() - t0)  # type: ignore[union-attr]
-            batch = reader.read_batch()
+            batch = reader.read_shared()
         else:
             waited = perf_counter() - t0
             # Under "workers", which already holds the seconds waited (restarts nest there).
             with timers.hierarchical_timer("workers", self.worker_timers.stack) as node:
                 node.total += waited
-                answers, replaced = self.settle(got, CallKind.STEP)
-            batch = self.read(answers, replaced, ship, None)
+                answers, replaced = self.resolve_answers(got, CallKind.STEP)
+            batch = self.batch_from_answers(answers, replaced, ship, None)
         recycler = self.recycler
         return batch if recycler is None else recycler.end_of_step(batch, reader.add_info)
 

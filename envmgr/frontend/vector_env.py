@@ -13,7 +13,7 @@ for per-env calls and :class:`~envmgr.frontend.first_ready.FirstReady` for
                     Ray:   each actor's rows sent with its step call
       step_wait:  backend.wait_step(seq)
                     None (the usual step) -> obs, rewards, flags copied from the arrays
-                    else answers / lost / errors -> Session.settle:
+                    else answers / lost / errors -> Session.resolve_answers:
                       lost group -> Session.recover: budget, backend.replace, reset it
                       timers merged; obs, rewards, flags read from the batch arrays
                       infos = the groups' infos + restart notes
@@ -283,7 +283,7 @@ class BatchedVectorEnv(VectorEnv):  # type: ignore[type-arg]
     ) -> None:
         """Send a reset to the groups without waiting (see :meth:`reset`)."""
         session = self._session
-        session.idle("reset_async")
+        session.require_idle("reset_async")
         session.begin(session.post_reset(seed, options))
 
     @one_thread_at_a_time
@@ -294,7 +294,7 @@ class BatchedVectorEnv(VectorEnv):  # type: ignore[type-arg]
         call = session.take(CallKind.RESET)
         with timers.hierarchical_timer("workers", session.worker_timers.stack):
             answers, replaced = session.wait(call.seqs, timeout, call.kind, resets=call.commands)
-        obs, _, _, _, infos = session.read(answers, replaced, call.ship, None)
+        obs, _, _, _, infos = session.batch_from_answers(answers, replaced, call.ship, None)
         return obs, infos
 
     @one_thread_at_a_time
@@ -304,18 +304,18 @@ class BatchedVectorEnv(VectorEnv):  # type: ignore[type-arg]
         # path, and nothing can run between the two halves here.
         session = self._session
         if session.state is not IDLE:
-            session.idle("step")  # raises
+            session.require_idle("step")  # raises
         self._actions.check_batch(actions)
-        seq, ship = session.post_step(actions)
-        return session.wait_step(seq, ship, self.step_timeout)
+        seq, ship = session.start_step(actions)
+        return session.finish_step(seq, ship, self.step_timeout)
 
     @one_thread_at_a_time
     def step_async(self, actions: Any) -> None:
         """Check the actions, hand them to the groups and wake them, without waiting."""
         session = self._session
-        session.idle("step_async")
+        session.require_idle("step_async")
         self._actions.check_batch(actions)
-        seq, ship = session.post_step(actions)
+        seq, ship = session.start_step(actions)
         session.begin(PendingCall(CallKind.STEP, dict.fromkeys(session.groups, seq), ship))
 
     @one_thread_at_a_time
@@ -324,7 +324,7 @@ class BatchedVectorEnv(VectorEnv):  # type: ignore[type-arg]
         session = self._session
         timeout = session.timeout(timeout)  # a bad one is refused with the step still pending
         call = session.take(CallKind.STEP)
-        return session.wait_step(call.seqs[0], call.ship, timeout)
+        return session.finish_step(call.seqs[0], call.ship, timeout)
 
     # ================================================================ per-env calls
 
@@ -454,7 +454,7 @@ class BatchedVectorEnv(VectorEnv):  # type: ignore[type-arg]
         shape ``(num_envs,)``. Two arrays, not tree nodes (1,000 envs cost 16 kB); the tree
         holds their sum per group."""
         session = self._session
-        session.usable("env_step_seconds")
+        session.require_usable("env_step_seconds")
         session.flush_timers()  # groups publish per-env times when their tree ships
         buffers = session.buffers
         assert buffers is not None

@@ -16,7 +16,7 @@ Who decides what:
   random base per group plus a counter, so a replacement never reuses one).
 * The layout travels to the parent in a step answer (:class:`Schema`, pickled once
   per change) and the parent writes the version it now reads with into the *ack*
-  word of the group's first row. Until the ack matches, the group puts its layout
+  word of the group's first row. WaitEnd the ack matches, the group puts its layout
   in every answer: a layout lost with an answer (Ctrl-C dropped it) is sent again.
 * A value that does not fit a column (a string, a dict, a key whose type or shape
   changed, a key first seen when the row is full, ``final_obs``/``final_info``)

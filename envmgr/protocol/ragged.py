@@ -16,7 +16,7 @@ Data flow::
 
     env side                             parent
     --------                             ------
-    store.write_rows(obs per env)  --->  read_batch(parts) -> SyncVectorEnv's batch form
+    store.write_rows(obs per env)  --->  read_stores(parts) -> SyncVectorEnv's batch form
       a row over capacity: not written,                        (tuples of arrays,
       ``spill`` keeps it and the length                         GraphInstances), or
       it wanted ---- pickled in the answer ->  its rows' value  ``(data, lengths)``
@@ -54,7 +54,7 @@ __all__ = [
     "fits_ragged",
     "capacities_for",
     "grown",
-    "read_batch",
+    "read_stores",
     "row_of",
 ]
 
@@ -566,7 +566,7 @@ def row_of(space: gym.Space[Any], batch: Any, i: int) -> Any:
 # ====================================================================== reading
 
 
-def read_batch(
+def read_stores(
     space: gym.Space[Any],
     parts: list[tuple[RaggedStore, range, dict[int, Any]]],
     padded: bool,

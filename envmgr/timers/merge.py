@@ -56,7 +56,7 @@ class WorkerTimers:
         self._next_due = first  # min(self._due): the per-step check is one comparison
         self._unhook: Callable[[], None] | None = timers.register_flush_hook(self._on_read)
 
-    def want(self, groups: Sequence[int] | None = None) -> bool:
+    def timers_due(self, groups: Sequence[int] | None = None) -> bool:
         """Before a command to ``groups`` (default all): whether they should ship their trees.
 
         A yes counts as their shipment: their next one is due ``interval`` from now.

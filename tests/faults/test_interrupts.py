@@ -113,9 +113,9 @@ def doorbells() -> Iterator[tuple[signalling.ParentDoorbell, WorkerDoorbell, Any
 
 def fence_is_free() -> bool:
     """Whether the next fence can run: its lock can be taken without waiting."""
-    free = signalling._fence_lock.acquire(blocking=False)
+    free = signalling.fence_lock.acquire(blocking=False)
     if free:
-        signalling._fence_lock.release()
+        signalling.fence_lock.release()
     return free
 
 
@@ -133,7 +133,7 @@ def _free_the_fence() -> Iterator[None]:
     """A failing test leaves the lock held: free it, or the rest of the session blocks."""
     yield
     if not fence_is_free():
-        signalling._fence_lock.release()
+        signalling.fence_lock.release()
 
 
 @pytest.mark.parametrize("path", ["fence", "announce", "wait_all", "step_done"])
@@ -143,7 +143,7 @@ def test_an_exception_from_a_signal_handler_never_leaves_a_fence_half_done(
     bell, worker, poller = doorbells
     calls: dict[str, Callable[[int], Any]] = {
         "fence": lambda seq: signalling.fence(),
-        "announce": lambda seq: bell.announce([0, 1], seq, signalling.KIND_STEP),
+        "announce": lambda seq: bell.post_command([0, 1], seq, signalling.KIND_STEP),
         "wait_all": lambda seq: bell.wait_all(seq),
         "step_done": lambda seq: worker.step_done(seq, False),
     }
@@ -167,7 +167,7 @@ def test_a_child_forked_while_another_thread_holds_the_fence_can_fence() -> None
     held, leave = threading.Event(), threading.Event()
 
     def hold() -> None:
-        with signalling._fence_lock:
+        with signalling.fence_lock:
             held.set()
             leave.wait(30.0)
 

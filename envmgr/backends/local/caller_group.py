@@ -34,7 +34,7 @@ import gymnasium as gym
 import numpy as np
 
 from envmgr import timers
-from envmgr.backends.base import Lost, Waited, group_shares
+from envmgr.backends.base import LostGroup, WaitResult, group_shares
 from envmgr.backends.local.process import ProcessBackend
 from envmgr.envside.build import build_group
 from envmgr.envside.group import BuildFailed, EnvGroup, GroupSpec
@@ -151,7 +151,7 @@ class CallerBackend:
 
     def wait(
         self, seqs: Mapping[int, int], timeout: float | None, need: int | None, phase: str
-    ) -> Waited:
+    ) -> WaitResult:
         """Serve the caller's command (the workers step meanwhile), then collect the workers."""
         caller = self.caller
         workers = {g: s for g, s in seqs.items() if g != caller}
@@ -165,19 +165,19 @@ class CallerBackend:
         if workers and (rest is None or (rest > 0 and raised is None)):
             got = self.inner.wait(workers, timeout, rest, phase)
         else:
-            got = Waited()
+            got = WaitResult()
         got.answers[caller] = answer
         got.raised = raised
         return got
 
-    def wait_step(self, seq: int, timeout: float | None) -> Waited | None:
+    def wait_step(self, seq: int, timeout: float | None) -> WaitResult | None:
         """:meth:`wait` for batch step ``seq``; ``None`` if nothing but the arrays was said."""
         answer, raised = self._serve()
         got = self.inner.wait_step(seq, timeout)  # collected even if the caller's env raised
         if got is None:
             if answer is None and raised is None:
                 return None
-            got = Waited(answers=dict.fromkeys(range(self.inner.n_workers)))
+            got = WaitResult(answers=dict.fromkeys(range(self.inner.n_workers)))
         got.answers[self.caller] = answer
         got.raised = raised
         return got
@@ -222,7 +222,7 @@ class CallerBackend:
 
     # ================================================================ failures, shutdown
 
-    def replace(self, g: int, timeout: float | None) -> Ready | Lost:
+    def replace(self, g: int, timeout: float | None) -> Ready | LostGroup:
         # The caller group has no process to lose: only workers are ever replaced.
         return self.inner.replace(g, timeout)
 

@@ -22,10 +22,10 @@ import select
 from collections.abc import Mapping
 from time import monotonic
 
-from envmgr.backends.base import Lost, Waited
+from envmgr.backends.base import LostGroup, WaitResult
 from envmgr.backends.local.doorbell import WAIT_ALL, WAIT_ANY, ParentDoorbell
 from envmgr.backends.local.pool import WorkerPool
-from envmgr.backends.local.wait import DEADLINE, READY, Quietly, Until, wait_until
+from envmgr.backends.local.wait import DEADLINE, READY, UnrungSleeper, WaitEnd, wait_until
 from envmgr.protocol.messages import ErrorResponse
 
 __all__ = ["Collector"]
@@ -54,7 +54,7 @@ class Collector:
         self.spin_seconds = spin_seconds
         # Sentinels a wait without a way to report them (ready) woke on: the next
         # wait starts from them instead of sleeping to find them again.
-        self._woken: Until | list[int] | None = None
+        self._woken: WaitEnd | list[int] | None = None
 
     def ready(self, seqs: Mapping[int, int], need: int) -> list[int] | None:
         """First-ready's usual case: sleep until ``need`` groups of ``seqs`` finished.
@@ -80,14 +80,14 @@ class Collector:
             if woke is not READY:
                 self._woken = woke
                 return None
-        return None if bell.said_more(done) else done
+        return None if bell.has_message(done) else done
 
     def forget_woken(self) -> None:
         """Drop what :meth:`ready` found: a process is being replaced, and a new one may
         get a closed sentinel's number."""
         self._woken = None
 
-    def finished(self, seqs: Mapping[int, int], lost: Mapping[int, Lost]) -> list[int]:
+    def finished(self, seqs: Mapping[int, int], lost: Mapping[int, LostGroup]) -> list[int]:
         """The groups of ``seqs`` whose step is done, except those in ``lost``."""
         is_done = self.bell.is_done
         return [g for g, s in seqs.items() if is_done(g, s) and g not in lost]
@@ -98,8 +98,8 @@ class Collector:
         timeout: float | None,
         need: int | None,
         phase: str,
-        woke: Until | list[int] | None = None,
-    ) -> Waited:
+        woke: WaitEnd | list[int] | None = None,
+    ) -> WaitResult:
         """Sleep until the groups answered ``seqs`` (or ``need`` of them did), died or overran.
 
         Args:
@@ -109,7 +109,7 @@ class Collector:
             phase: What the groups were asked to do, for error messages.
             woke: What a wait for these groups just found, to start from.
         """
-        got = Waited()
+        got = WaitResult()
         deadline = None if timeout is None else monotonic() + timeout
         want = len(seqs) if need is None else min(need, len(seqs))
         # A batch step: every group, one seq. Only the last worker to finish rings.
@@ -139,8 +139,8 @@ class Collector:
         timeout: float | None,
         phase: str,
         batch_seq: int | None,
-        got: Waited,
-        woke: Until | list[int] | None,
+        got: WaitResult,
+        woke: WaitEnd | list[int] | None,
     ) -> None:
         """Wait until ``want`` groups are done or lost; record the lost in ``got``.
 
@@ -200,7 +200,7 @@ class Collector:
         self,
         groups: list[int],
         seqs: Mapping[int, int],
-        got: Waited,
+        got: WaitResult,
         deadline: float | None,
         phase: str,
     ) -> None:
@@ -254,7 +254,7 @@ class Collector:
             conn.poll(seconds)
 
         got = wait_until(
-            there, Quietly(block), deadline=deadline, first_sleep=1e-4, longest_sleep=0.05
+            there, UnrungSleeper(block), deadline=deadline, first_sleep=1e-4, longest_sleep=0.05
         )
         if got is DEADLINE:
             raise _AnswerOverdue

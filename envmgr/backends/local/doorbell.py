@@ -51,7 +51,7 @@ from multiprocessing.connection import Connection
 
 import numpy as np
 
-from envmgr.backends.local.wait import READY, Until, wait_until
+from envmgr.backends.local.wait import READY, WaitEnd, wait_until
 
 __all__ = [
     "CMD",
@@ -124,12 +124,12 @@ def fence() -> None:
 
 def decode_command(word: int) -> tuple[int, int]:
     """The ``(seq, kind)`` of a ``CMD`` word (``seq << 3 | kind``, stored by
-    :meth:`ParentDoorbell.announce`)."""
+    :meth:`ParentDoorbell.post_command`)."""
     return word >> 3, word & _KIND_MASK
 
 
 class ParentDoorbell:
-    """The parent's side: announce commands, sleep until a step has finished.
+    """The parent's side: post commands, sleep until a step has finished.
 
     Args:
         control: The control block.
@@ -155,7 +155,7 @@ class ParentDoorbell:
         self._done = memoryview(control[:n, DONE])  # type: ignore[arg-type]
         self._sleepers = {mode: ParentSleeper(self, poller, mode) for mode in (WAIT_ALL, WAIT_ANY)}
 
-    def announce(self, workers: Sequence[int], seq: int, kind: int) -> None:
+    def post_command(self, workers: Sequence[int], seq: int, kind: int) -> None:
         """Store the command word for each worker and ring those that sleep."""
         words = self.words
         word = (seq << 3) | kind  # the inverse of decode_command
@@ -198,7 +198,7 @@ class ParentDoorbell:
             del done[need:]
         return done
 
-    def said_more(self, workers: Sequence[int]) -> bool:
+    def has_message(self, workers: Sequence[int]) -> bool:
         """Whether any of ``workers`` sent a message with its last step."""
         words = self.words
         return any(words[w * _ROW + DONE] & 1 for w in workers)
@@ -240,7 +240,7 @@ class ParentDoorbell:
         spin_seconds: float = 0.0,
         deadline: float | None = None,
         looked: bool = False,
-    ) -> Until | list[int]:
+    ) -> WaitEnd | list[int]:
         """:func:`~envmgr.backends.local.wait.wait_until` with the parent's sleep.
 
         Args:
@@ -261,7 +261,7 @@ class ParentDoorbell:
 
     def wait_all(
         self, seq: int, spin_seconds: float = 0.0, deadline: float | None = None
-    ) -> Until | list[int]:
+    ) -> WaitEnd | list[int]:
         """The batch step's wait: until every worker finished ``seq``, as :meth:`sleep_until`.
 
         Reads the workers' ``ALL_DONE`` summary: one word, whatever the worker count.
@@ -283,7 +283,7 @@ class ParentDoorbell:
             pass
         return READY
 
-    def batch_said_more(self, seq: int) -> bool:
+    def batch_has_message(self, seq: int) -> bool:
         """After :meth:`wait_all`: whether a worker also sent a pipe message for ``seq``."""
         return self.parent[MESSAGE] == seq  # type: ignore[no-any-return]
 
@@ -313,7 +313,7 @@ class ParentSleeper:
         self.poll = poller.poll
         self.mode = mode
 
-    def announce(self) -> None:
+    def mark_sleeping(self) -> None:
         """Store ``WAITING``, so that a finishing worker rings the wake-up pipe."""
         self.parent[WAITING] = self.mode
         with fence_lock:  # fence(), inlined: the store is seen before ALL_DONE is read

@@ -25,8 +25,8 @@ from multiprocessing.reduction import ForkingPickler
 from time import monotonic
 from typing import Any
 
-from envmgr.backends.base import Lost, remote_exception, unsendable
-from envmgr.backends.local.wait import DEADLINE, Quietly, wait_until
+from envmgr.backends.base import LostGroup, remote_exception, unsendable
+from envmgr.backends.local.wait import DEADLINE, UnrungSleeper, wait_until
 from envmgr.backends.local.worker import worker_main
 from envmgr.errors import RemoteTraceback, WorkerDiedError, WorkerTimeoutError
 from envmgr.protocol.layout import Layout
@@ -48,7 +48,7 @@ class LostWorker(Exception):
         lost: What was lost and the error to raise for it.
     """
 
-    def __init__(self, lost: Lost) -> None:
+    def __init__(self, lost: LostGroup) -> None:
         super().__init__(lost.reason)
         self.lost = lost
 
@@ -299,7 +299,7 @@ class WorkerPool:
 
         got = wait_until(
             lambda: not missing(),
-            Quietly(block),
+            UnrungSleeper(block),
             deadline=deadline,
             first_sleep=0.05,
             longest_sleep=0.05,
@@ -385,7 +385,7 @@ class WorkerPool:
             how = f"exited with code {code}"
         return f"it {how} during {phase}", None
 
-    def overran(self, g: int, why: str) -> Lost:
+    def overran(self, g: int, why: str) -> LostGroup:
         """Group ``g`` lost for overrunning its time: killed at once, as the README's
         fault table says. It may be hung, so a graceful close (a broken manager's
         survivors get ``close_timeout``) would only wait for it."""
@@ -394,14 +394,14 @@ class WorkerPool:
             proc.kill()
         return self.lost(g, why, True)
 
-    def lost(self, g: int, reason: str, timed_out: bool) -> Lost:
+    def lost(self, g: int, reason: str, timed_out: bool) -> LostGroup:
         """Group ``g`` lost for ``reason``, with the error to raise if it is not replaced."""
         message = f"{self.where(g)}: {reason}"
         envs = self.layout.range(g)
         if timed_out or g in self._late:
-            return Lost(reason, WorkerTimeoutError(message, g, envs))
+            return LostGroup(reason, WorkerTimeoutError(message, g, envs))
         code = self.processes[g].exitcode if g < len(self.processes) else None
-        return Lost(reason, WorkerDiedError(message, g, envs, code))
+        return LostGroup(reason, WorkerDiedError(message, g, envs, code))
 
     # ================================================================ stopping
 

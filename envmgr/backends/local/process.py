@@ -33,7 +33,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from envmgr.backends.base import Lost, Waited, group_shares
+from envmgr.backends.base import LostGroup, WaitResult, group_shares
 from envmgr.backends.local.collect import Collector
 from envmgr.backends.local.doorbell import KIND_PIPE, KIND_STEP, SHIP_TIMERS, ParentDoorbell
 from envmgr.backends.local.pool import LostWorker, WorkerPool, ctrl_c_held, pickled
@@ -172,7 +172,7 @@ class ProcessBackend:
                 raise
         if seq is not None and self._bell is not None:
             # A worker spinning on its command word looks there, not at the pipe.
-            self._bell.announce(list(commands), seq, KIND_PIPE)
+            self._bell.post_command(list(commands), seq, KIND_PIPE)
 
     def post_step(
         self, groups: Sequence[int], seq: int, ship: bool, actions: Any, ids: np.ndarray | None
@@ -192,7 +192,7 @@ class ProcessBackend:
                 copy_tree(self._group_actions[groups[0]], actions)
             else:
                 scatter_tree(buffers.actions, ids, actions)
-            bell.announce(groups, seq, KIND_STEP | (SHIP_TIMERS if ship else 0))
+            bell.post_command(groups, seq, KIND_STEP | (SHIP_TIMERS if ship else 0))
             return
         space = buffers.layout.action_space
         shares = group_shares(space, actions, self.layout, groups, ids)
@@ -202,12 +202,12 @@ class ProcessBackend:
 
     def wait(
         self, seqs: Mapping[int, int], timeout: float | None, need: int | None, phase: str
-    ) -> Waited:
+    ) -> WaitResult:
         """Sleep until the groups answered ``seqs`` (or ``need`` of them did), died or overran."""
         assert self._collector is not None
         return self._collector.wait(seqs, timeout, need, phase)
 
-    def wait_step(self, seq: int, timeout: float | None) -> Waited | None:
+    def wait_step(self, seq: int, timeout: float | None) -> WaitResult | None:
         """:meth:`wait` for batch step ``seq`` of every worker; ``None`` if all is in the arrays.
 
         The hot path, here rather than in the collector to save a call per step: one
@@ -218,7 +218,7 @@ class ProcessBackend:
         assert bell is not None
         if timeout is None:
             woke = bell.wait_all(seq, self.parent_spin_seconds)
-            if woke is READY and not bell.batch_said_more(seq):
+            if woke is READY and not bell.batch_has_message(seq):
                 return None
         else:
             woke = None
@@ -232,14 +232,14 @@ class ProcessBackend:
         assert self._collector is not None
         return self._collector.ready(seqs, need)
 
-    def finished(self, seqs: Mapping[int, int], lost: Mapping[int, Lost]) -> list[int]:
+    def finished(self, seqs: Mapping[int, int], lost: Mapping[int, LostGroup]) -> list[int]:
         """The groups of ``seqs`` whose step is done, except those in ``lost``."""
         assert self._collector is not None
         return self._collector.finished(seqs, lost)
 
     # ================================================================ replacing
 
-    def replace(self, g: int, timeout: float | None) -> Ready | Lost:
+    def replace(self, g: int, timeout: float | None) -> Ready | LostGroup:
         """A new process for group ``g``, attached to shared memory: its Ready, or its loss."""
         pool = self.pool
         old = pool.forget(g)
@@ -299,7 +299,7 @@ class ProcessBackend:
             # finalizer, and a store there would crash the process; its workers are
             # terminated after close_timeout instead.
             if bell is not None:
-                bell.announce(told, _CLOSE_SEQ, KIND_PIPE)
+                bell.post_command(told, _CLOSE_SEQ, KIND_PIPE)
 
         self.pool.shutdown(self.close_timeout, flag_close)
         self._bell = self._collector = None

@@ -5,7 +5,7 @@ Every wait of the local backend, the parent's and the worker's, has the same sha
     ready()?                         -> READY (the fast path; skipped if the caller looked)
     spin: sched_yield, ready()?      -> READY            for up to ``spin_seconds``
     loop:
-        sleeper.announce()              "I am about to sleep": a store, then a fence
+        sleeper.mark_sleeping()              "I am about to sleep": a store, then a fence
         ready()?                     -> withdraw, READY  the load that pairs with it
         what = sleeper.sleep(t)         blocks up to t, then withdraws the announcement
         what is not None             -> what             a dead worker's sentinel, a
@@ -35,13 +35,13 @@ from collections.abc import Callable
 from time import monotonic, perf_counter
 from typing import Final, Generic, Protocol, TypeVar
 
-__all__ = ["Until", "READY", "DEADLINE", "Sleeper", "Quietly", "wait_until"]
+__all__ = ["WaitEnd", "READY", "DEADLINE", "Sleeper", "UnrungSleeper", "wait_until"]
 
 E = TypeVar("E")
 E_co = TypeVar("E_co", covariant=True)
 
 
-class Until(enum.Enum):
+class WaitEnd(enum.Enum):
     """How a wait ended when nothing else happened."""
 
     #: ``ready()`` held: the answers (or the command) are in shared memory.
@@ -52,14 +52,14 @@ class Until(enum.Enum):
 
 #: The members, bound once: a module global is read faster than an enum attribute, and
 #: the batch step's wait compares with :data:`READY` on every step.
-READY: Final = Until.READY
-DEADLINE: Final = Until.DEADLINE
+READY: Final = WaitEnd.READY
+DEADLINE: Final = WaitEnd.DEADLINE
 
 
 class Sleeper(Protocol[E_co]):
     """How one side sleeps, and tells the other side that it does."""
 
-    def announce(self) -> None:
+    def mark_sleeping(self) -> None:
         """Say "I am about to sleep", so that the other side wakes us (may do nothing).
 
         Ends with a full fence after the store: the look at ``ready()`` that follows
@@ -81,7 +81,7 @@ class Sleeper(Protocol[E_co]):
         ...
 
 
-class Quietly(Generic[E]):
+class UnrungSleeper(Generic[E]):
     """A sleeper that announces nothing (nobody rings: a pipe or a process wakes it).
 
     Args:
@@ -92,7 +92,7 @@ class Quietly(Generic[E]):
     def __init__(self, block: Callable[[float], E | None]) -> None:
         self.sleep = block
 
-    def announce(self) -> None:
+    def mark_sleeping(self) -> None:
         """Nothing to store: nobody rings."""
 
     def withdraw(self) -> None:
@@ -108,7 +108,7 @@ def wait_until(
     first_sleep: float = 0.005,
     longest_sleep: float = 0.1,
     looked: bool = False,
-) -> Until | E:
+) -> WaitEnd | E:
     """Spin, then sleep, until ``ready()``, something else happens, or ``deadline``.
 
     Args:
@@ -122,7 +122,7 @@ def wait_until(
             hot paths look before they build a wait; a second look there is waste).
 
     Returns:
-        :attr:`Until.READY`, :attr:`Until.DEADLINE`, or what ``sleeper.sleep``
+        :attr:`WaitEnd.READY`, :attr:`WaitEnd.DEADLINE`, or what ``sleeper.sleep``
         reported instead (returned as is, so the caller handles it once, without
         waiting again first).
     """
@@ -143,7 +143,7 @@ def wait_until(
             if left <= 0.0:
                 return READY if ready() else DEADLINE
             timeout = min(timeout, left)
-        sleeper.announce()
+        sleeper.mark_sleeping()
         if ready():
             sleeper.withdraw()
             return READY

@@ -27,7 +27,7 @@ from typing import Any
 import cloudpickle
 
 from envmgr.backends.local.doorbell import SHIP_TIMERS
-from envmgr.backends.local.wait import READY, Quietly, wait_until
+from envmgr.backends.local.wait import READY, UnrungSleeper, wait_until
 from envmgr.backends.local.worker_doorbell import WorkerDoorbell
 from envmgr.envside.build import build_group
 from envmgr.envside.group import BuildFailed, EnvGroup, GroupSpec
@@ -102,7 +102,7 @@ def _receive(conn: Connection, spin_seconds: float, parent_pid: int) -> Command 
 
     got = wait_until(
         conn.poll,
-        Quietly(block),
+        UnrungSleeper(block),
         spin_seconds=spin_seconds,
         first_sleep=LIVENESS_INTERVAL,
         longest_sleep=LIVENESS_INTERVAL,
@@ -141,7 +141,7 @@ def _write(conn: Connection, data: memoryview) -> bool:
 #: Answers up to this size are written before their DONE word: a pipe holds them
 #: whole (64 kB on Linux, 16 kB at first on macOS), so the parent, woken by DONE,
 #: finds the answer there. Larger ones are written after it, while the parent reads.
-_PIPE_ROOM = 16 * 1024 - 64
+INLINE_ANSWER_BYTES = 16 * 1024 - 64
 
 
 def worker_main(conn: Connection, wake: Connection, config: WorkerConfig) -> None:
@@ -243,7 +243,7 @@ def _serve_forever(
             data = _pickled(config, answer, "step" if cmd is None else type(cmd).__name__.lower())
             if bell is None:
                 ok = _write(conn, data)
-            elif len(data) <= _PIPE_ROOM:
+            elif len(data) <= INLINE_ANSWER_BYTES:
                 ok = _write(conn, data)
                 bell.sent(seq)
                 bell.step_done(seq, True)

@@ -33,10 +33,14 @@ from envmgr.backends.local.wait import READY, wait_until
 __all__ = ["WorkerDoorbell"]
 
 
-class _Gone(enum.Enum):
+class Gone(enum.Enum):
     """What a worker's sleep reports when its manager is gone."""
 
     PARENT = "the manager is gone"
+
+
+#: The member, bound once (the sleep returns it).
+PARENT_GONE = Gone.PARENT
 
 
 class WorkerDoorbell:
@@ -107,7 +111,7 @@ class WorkerDoorbell:
 
     # The worker's Sleeper (envmgr.backends.local.wait): marked SLEEPING, on its pipe.
 
-    def announce(self) -> None:
+    def mark_sleeping(self) -> None:
         """Mark this worker asleep, so that the parent's next command rings its pipe."""
         self.row[SLEEPING] = 1
         self.parent[SLEEPERS] = 1  # after SLEEPING: a parent that sees this sees that
@@ -117,7 +121,7 @@ class WorkerDoorbell:
         """Clear the mark: the command word changed after all."""
         self.row[SLEEPING] = 0
 
-    def sleep(self, seconds: float) -> bytes | _Gone | None:
+    def sleep(self, seconds: float) -> bytes | Gone | None:
         """Block on the pipe: a pickled command's bytes, the parent gone, or ``None``
         (a wake-up, or a timeout: the command word is looked at again)."""
         ready = self.conn.poll(seconds)
@@ -125,10 +129,10 @@ class WorkerDoorbell:
         if ready:
             got = self._read_pipe()
             if got is None:
-                return _Gone.PARENT
+                return PARENT_GONE
             return got or None  # b"": a wake-up
         if seconds >= self.liveness and not self.parent_alive():
-            return _Gone.PARENT
+            return PARENT_GONE
         return None
 
     def _take(self, word: int) -> tuple[int, int] | bytes | None:

@@ -22,7 +22,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from envmgr.backends.base import Lost, Waited, group_shares, remote_exception, unsendable
+from envmgr.backends.base import LostGroup, WaitResult, group_shares, remote_exception, unsendable
 from envmgr.backends.ray.actor import actor_class, pack, unpack
 from envmgr.envside.serve import error_response
 from envmgr.errors import RayActorDiedError, RemoteTraceback, WorkerDiedError, WorkerTimeoutError
@@ -193,11 +193,11 @@ class RayBackend:
 
     def wait(
         self, seqs: Mapping[int, int], timeout: float | None, need: int | None, phase: str
-    ) -> Waited:
+    ) -> WaitResult:
         ray = self.ray
         deadline = None if timeout is None else monotonic() + timeout
         want = len(seqs) if need is None else min(need, len(seqs))
-        got = Waited()
+        got = WaitResult()
         for g in seqs:
             if g in self._cut:
                 got.lost[g] = self._abandoned(g)
@@ -214,7 +214,7 @@ class RayBackend:
                     failure = WorkerTimeoutError(
                         f"{self.where(g)}: {reason}", g, self.layout.range(g)
                     )
-                    got.lost[g] = Lost(reason, failure)
+                    got.lost[g] = LostGroup(reason, failure)
                 break
             for ref in ready:
                 g = waiting.pop(ref)
@@ -223,7 +223,7 @@ class RayBackend:
             self._calls.pop(g, None)
         return got
 
-    def wait_step(self, seq: int, timeout: float | None) -> Waited:
+    def wait_step(self, seq: int, timeout: float | None) -> WaitResult:
         """:meth:`wait` for batch step ``seq`` of every actor (answers always carry the rows)."""
         return self.wait(dict.fromkeys(range(self.layout.n_groups), seq), timeout, None, "step")
 
@@ -231,7 +231,7 @@ class RayBackend:
         """Answers arrive as objects to fetch: always the general :meth:`wait`."""
         return None
 
-    def _fetch(self, g: int, ref: Any, seq: int, phase: str, got: Waited) -> None:
+    def _fetch(self, g: int, ref: Any, seq: int, phase: str, got: WaitResult) -> None:
         exceptions = self.ray.exceptions
         try:
             answer = unpack(self.ray.get(ref, timeout=self.get_timeout))
@@ -272,7 +272,7 @@ class RayBackend:
             buffers.env_seconds[rows] = seconds
             buffers.env_steps[rows] = steps
 
-    def _died(self, g: int, phase: str, err: BaseException) -> Lost:
+    def _died(self, g: int, phase: str, err: BaseException) -> LostGroup:
         info = self.actor_info[g]
         lines = [ln.strip() for ln in str(err).splitlines()]
         # Ray's message: a headline, tab-indented fields, then the cause.
@@ -296,9 +296,9 @@ class RayBackend:
             node_alive=node_alive,
             reason=reason,
         )
-        return Lost(what, failure)
+        return LostGroup(what, failure)
 
-    def _abandoned(self, g: int) -> Lost:
+    def _abandoned(self, g: int) -> LostGroup:
         """Group ``g`` lost because :meth:`abandon` stopped its actor."""
         why, info = self._cut[g], self.actor_info[g]
         failure = RayActorDiedError(
@@ -311,7 +311,7 @@ class RayBackend:
             pid=info.pid or None,
             reason=why,
         )
-        return Lost(why, failure)
+        return LostGroup(why, failure)
 
     def _node_alive(self, node_id: str) -> bool | None:
         try:
@@ -324,7 +324,7 @@ class RayBackend:
 
     # ================================================================ replacing
 
-    def replace(self, g: int, timeout: float | None) -> Ready | Lost:
+    def replace(self, g: int, timeout: float | None) -> Ready | LostGroup:
         ray = self.ray
         self._calls.pop(g, None)
         self._cut.pop(g, None)
@@ -340,13 +340,13 @@ class RayBackend:
         ready, _ = ray.wait([ref], timeout=timeout)
         if not ready:
             reason = f"it did not start within {timeout} s"
-            return Lost(
+            return LostGroup(
                 reason, WorkerTimeoutError(f"{self.where(g)}: {reason}", g, self.layout.range(g))
             )
         try:
             return self._started(g, ref)
         except WorkerDiedError as exc:
-            return Lost(str(exc), exc)
+            return LostGroup(str(exc), exc)
 
     def recyclable(self) -> range:
         return range(self.layout.n_groups)

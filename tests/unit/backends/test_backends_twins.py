@@ -1,12 +1,12 @@
 """The local backend's hand-inlined shortcuts, each held to its general path.
 
-* The doorbells' fences: ``with _fence_lock: pass`` written out where a step passes,
+* The doorbells' fences: ``with fence_lock: pass`` written out where a step passes,
   instead of a call to :func:`~envmgr.backends.local.doorbell.fence`. Each must take the
   very lock ``fence()`` takes (else it orders nothing against the other side's fence),
   and must still get through in a child forked while another thread held it (the
   after-fork release must reach every module that holds the lock by name).
 * The wait's outcomes bound as module globals (``READY``, ``DEADLINE``): each must be its
-  ``Until`` member, in every module that compares with it.
+  ``WaitEnd`` member, in every module that compares with it.
 
 These tests reach internals on purpose (docs/architecture.md, "Hand-inlined shortcuts").
 """
@@ -27,7 +27,6 @@ import pytest
 
 from envmgr.backends.local import collect, process, wait, worker_doorbell
 from envmgr.backends.local import doorbell as signalling
-from envmgr.backends.local.wait import Until
 from envmgr.backends.local.worker_doorbell import WorkerDoorbell
 
 pytestmark = pytest.mark.timeout(60)
@@ -63,11 +62,13 @@ def sites() -> Iterator[dict[str, Callable[[], Any]]]:
     seqs = iter(range(1, 1 << 30))
     yield {
         "fence()": signalling.fence,
-        "ParentDoorbell.announce": lambda: bell.announce([0, 1], next(seqs), signalling.KIND_STEP),
+        "ParentDoorbell.post_command": lambda: bell.post_command(
+            [0, 1], next(seqs), signalling.KIND_STEP
+        ),
         "ParentDoorbell.wait_all": lambda: bell.wait_all(next(seqs)),
-        "ParentSleeper.announce": sleeper.announce,
+        "ParentSleeper.mark_sleeping": sleeper.mark_sleeping,
         "WorkerDoorbell.step_done": lambda: worker.step_done(next(seqs), False),
-        "WorkerDoorbell.announce": worker.announce,
+        "WorkerDoorbell.mark_sleeping": worker.mark_sleeping,
     }
     os.close(wake_r)
     os.close(wake_w)
@@ -92,7 +93,7 @@ def test_every_inlined_fence_takes_the_lock_fence_takes(
         done[name].set()
 
     threads = [threading.Thread(target=run, args=(name,), daemon=True) for name in sites]
-    with signalling._fence_lock:
+    with signalling.fence_lock:
         for t in threads:
             t.start()
         time.sleep(_GRACE)
@@ -111,7 +112,7 @@ def test_a_child_forked_while_the_fence_is_held_passes_every_inlined_fence(
     held, leave = threading.Event(), threading.Event()
 
     def hold() -> None:
-        with signalling._fence_lock:
+        with signalling.fence_lock:
             held.set()
             leave.wait(30.0)
 
@@ -155,4 +156,4 @@ def test_the_wait_outcomes_bound_as_globals_are_the_until_members(module: Module
     bound = {name: getattr(module, name) for name in ("READY", "DEADLINE") if hasattr(module, name)}
     assert bound, f"{module.__name__} compares with no wait outcome: drop it from this test"
     for name, value in bound.items():
-        assert value is Until[name], f"{module.__name__}.{name}"
+        assert value is wait.WaitEnd[name], f"{module.__name__}.{name}"

@@ -31,7 +31,7 @@ from support.fault_envs import EXIT_CODE, fault_env_fns
 from benchmarks._common.floor import FloorPingPong
 from envmgr import SubprocessEnvManager, WorkerDiedError
 from envmgr.backends.local import doorbell
-from envmgr.backends.local.wait import Quietly, Until, wait_until
+from envmgr.backends.local.wait import UnrungSleeper, WaitEnd, wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -51,7 +51,7 @@ class Recorder:
         self.log: list[str] = []
         self.timeouts: list[float] = []
 
-    def announce(self) -> None:
+    def mark_sleeping(self) -> None:
         self.log.append("announce")
         if self.on_announce is not None:
             self.on_announce()
@@ -70,7 +70,7 @@ class Recorder:
 
 def test_a_ready_predicate_ends_the_wait_before_any_sleep() -> None:
     sleeper = Recorder()
-    assert wait_until(lambda: True, sleeper, spin_seconds=1.0) is Until.READY
+    assert wait_until(lambda: True, sleeper, spin_seconds=1.0) is WaitEnd.READY
     assert sleeper.log == []
 
 
@@ -79,7 +79,7 @@ def test_the_predicate_is_looked_at_again_after_announcing_the_sleep() -> None:
     not ring): the look after the announcement must find it, and not sleep."""
     done = [False]
     sleeper = Recorder(on_announce=lambda: done.__setitem__(0, True))
-    assert wait_until(lambda: done[0], sleeper) is Until.READY
+    assert wait_until(lambda: done[0], sleeper) is WaitEnd.READY
     assert sleeper.log == ["announce", "withdraw"]
 
 
@@ -97,7 +97,7 @@ def test_a_caller_that_just_looked_skips_the_first_look(looked: bool, log: list[
         return looks[0] >= 2
 
     sleeper = Recorder()
-    assert wait_until(second_look, sleeper, looked=looked) is Until.READY
+    assert wait_until(second_look, sleeper, looked=looked) is WaitEnd.READY
     assert (sleeper.log, looks[0]) == (log, 2)
 
 
@@ -110,7 +110,7 @@ def test_spinning_finds_what_becomes_ready_without_sleeping() -> None:
 
     sleeper = Recorder()
     # A generous budget: the test ends at the third look, not when the budget runs out.
-    assert wait_until(third_look, sleeper, spin_seconds=30.0) is Until.READY
+    assert wait_until(third_look, sleeper, spin_seconds=30.0) is WaitEnd.READY
     assert sleeper.log == []
 
 
@@ -131,7 +131,7 @@ def test_sleeps_double_up_to_the_longest() -> None:
 def test_a_past_deadline_ends_the_wait_without_sleeping() -> None:
     sleeper = Recorder()
     got = wait_until(lambda: False, sleeper, spin_seconds=0.0, deadline=monotonic() - 1.0)
-    assert got is Until.DEADLINE
+    assert got is WaitEnd.DEADLINE
     assert sleeper.log == []
 
 
@@ -150,12 +150,16 @@ def test_no_sleep_runs_past_the_deadline() -> None:
 
     try:
         got = wait_until(
-            lambda: False, Quietly(block), deadline=deadline, first_sleep=0.01, longest_sleep=1.0
+            lambda: False,
+            UnrungSleeper(block),
+            deadline=deadline,
+            first_sleep=0.01,
+            longest_sleep=1.0,
         )
     finally:
         os.close(r)
         os.close(w)
-    assert got is Until.DEADLINE
+    assert got is WaitEnd.DEADLINE
     assert monotonic() >= deadline
     assert asked
     for seconds, since in zip(asked, returned, strict=False):
@@ -191,8 +195,8 @@ def test_a_batch_of_sleeping_workers_is_woken_and_wakes_the_parent(
         while not all(two_workers.control[:2, doorbell.SLEEPING]):
             assert monotonic() < deadline, "the workers never went to sleep"
             os.sched_yield()
-        bell.announce([0, 1], seq, doorbell.KIND_STEP)
-        assert bell.wait_all(seq, deadline=deadline) is Until.READY
+        bell.post_command([0, 1], seq, doorbell.KIND_STEP)
+        assert bell.wait_all(seq, deadline=deadline) is WaitEnd.READY
         assert list(two_workers.control[:2, doorbell.DONE] >> 1) == [seq, seq]
         assert two_workers.control[-1, doorbell.ALL_DONE] == seq
 
@@ -202,7 +206,7 @@ def test_the_sentinel_of_a_worker_that_exits_ends_the_parents_wait(
 ) -> None:
     bell = two_workers.bell
     two_workers.procs[1].kill()
-    bell.announce([0, 1], 1, doorbell.KIND_STEP)
+    bell.post_command([0, 1], 1, doorbell.KIND_STEP)
     deadline = monotonic() + 30.0
     got = bell.wait_all(1, deadline=deadline)
     assert got == [two_workers.procs[1].sentinel]
@@ -235,7 +239,7 @@ def test_a_dead_worker_found_by_the_batch_wait_is_not_looked_for_again(tmp_path:
 
         def spy_batch(seq: int, spin_seconds: float = 0.0, deadline: Any = None) -> Any:
             got = batch_wait(seq, spin_seconds, deadline)
-            calls.append(("wait_all", spin_seconds) if got is Until.READY else ("died", 0.0))
+            calls.append(("wait_all", spin_seconds) if got is WaitEnd.READY else ("died", 0.0))
             return got
 
         def spy_general(ready: Any, mode: int, *, spin_seconds: float = 0.0, **kw: Any) -> Any:

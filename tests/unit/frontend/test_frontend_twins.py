@@ -6,11 +6,11 @@ same input and asserts the same result, so that a fix made to one and not the ot
 
 * the action check's shortcut (``ActionChecks.check_batch`` / ``check``) and a fresh
   ``ActionChecker``'s full check;
-* ``Session.post_step``'s sequence number and ``Session.next_seq``;
-* ``Session.wait_step``'s read straight from the arrays and the collector's wait (a step
+* ``Session.start_step``'s sequence number and ``Session.next_seq``;
+* ``Session.finish_step``'s read straight from the arrays and the collector's wait (a step
   with a timeout), both against ``SyncVectorEnv``;
 * first-ready's ``recv`` through ``Backend.ready`` and through the general wait;
-* ``Session.usable``'s look at the state and ``State.check_usable``;
+* ``Session.require_usable``'s look at the state and ``State.check_usable``;
 * the phases bound as module globals and the ``Phase`` members.
 
 These tests reach internals (the session, the checkers) on purpose: a twin is an internal.
@@ -241,13 +241,13 @@ def counts(node: timers.TimerNode) -> dict[str, Any]:
 
 
 def shortcut_step(envs: Any) -> Callable[[Any], Any]:
-    """``step()`` waits with no deadline: ``Session.wait_step`` may take its shortcut."""
+    """``step()`` waits with no deadline: ``Session.finish_step`` may take its shortcut."""
     return envs.step  # type: ignore[no-any-return]
 
 
 def general_step(envs: Any) -> Callable[[Any], Any]:
-    """A step waited for with a deadline: the collector's wait, then ``Session.settle`` and
-    ``BatchReader.read``, whatever the answers say."""
+    """A step waited for with a deadline: the collector's wait, then ``Session.resolve_answers`` and
+    ``BatchReader.read_answers``, whatever the answers say."""
 
     def step(actions: Any) -> Any:
         envs.step_async(actions)
@@ -392,7 +392,7 @@ def test_usables_look_at_the_state_refuses_what_check_usable_refuses() -> None:
             for name, state in states():
                 session.state = state
                 general = outcome(lambda s: s.check_usable(session.owner, "recv"), state)
-                shortcut = outcome(lambda _: session.usable("recv"), None)
+                shortcut = outcome(lambda _: session.require_usable("recv"), None)
                 assert shortcut == general, name
         finally:
             session.state = IDLE

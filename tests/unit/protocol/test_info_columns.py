@@ -331,7 +331,7 @@ def test_a_column_layout_lost_with_an_answer_is_sent_again() -> None:
     assert writer.unacked  # ... so the next answer carries it again
     reader.update(1, writer.schema())
     assert not writer.unacked
-    columns, python, mixed = reader.read(None)
+    columns, python, mixed = reader.read_columns(None)
     assert columns["x"][0].tolist() == [0.0, 0.0, 0.0, 4.0]
     assert columns["x"][1].tolist() == [False, False, False, True]
     assert python == {"x": True} and mixed == {}
@@ -339,7 +339,7 @@ def test_a_column_layout_lost_with_an_answer_is_sent_again() -> None:
     assert writer.split([(0, {"x": "now a string"})]) == [(0, {"x": "now a string"})]
     assert writer.unacked
     reader.update(1, writer.schema())
-    assert reader.read(None)[0] == {}
+    assert reader.read_columns(None)[0] == {}
     assert writer.split([(1, {"x": 3.0})]) == [(1, {"x": 3.0})]  # and stays pickled
     # So does an array whose shape changes.
     v = np.arange(3)
@@ -403,7 +403,7 @@ def test_vector_infos_without_masks_belong_to_every_env() -> None:
 def _read_back(arena: np.ndarray, writer: InfoWriter) -> dict[str, tuple[list[Any], list[bool]]]:
     reader = InfoColumns(arena, Layout.of([arena.shape[0]]))
     reader.update(0, writer.schema())
-    columns, _, _ = reader.read(None)
+    columns, _, _ = reader.read_columns(None)
     return {k: (v.tolist(), m.tolist()) for k, (v, m) in columns.items()}
 
 
@@ -509,9 +509,9 @@ def test_groups_that_lay_out_their_columns_apart_read_back_as_add_info() -> None
     expected: dict[str, Any] = {}
     for env, info in pairs:
         add_info(expected, info, env)
-    got = merge(reader.read(None), (), layout.num_envs, add_info)
+    got = merge(reader.read_columns(None), (), layout.num_envs, add_info)
     assert_same(got, expected)
     # One group's rows alone, zero elsewhere (as for first-ready's recv of some groups).
-    alone = merge(reader.read([1]), (), layout.num_envs, add_info)
+    alone = merge(reader.read_columns([1]), (), layout.num_envs, add_info)
     assert alone["_a"].tolist() == [False, False, True, True, True]
     assert alone["c"].tolist() == [0.0, 0.0, 22.0, 0.0, 42.0]

@@ -16,7 +16,7 @@ from envmgr.protocol.ragged import (
     capacities_for,
     fits_ragged,
     grown,
-    read_batch,
+    read_stores,
 )
 
 
@@ -78,10 +78,10 @@ def test_rows_read_back_as_sync_vector_env_batches_them() -> None:
     items = samples(space, 5)
     store = RaggedStore.private(space, 5, capacities_for(space, 0))
     assert store.write_rows(items)  # a private store grows: nothing spills
-    assert_same(read_batch(space, [(store, range(5), {})], False), sync_batch(space, items))
+    assert_same(read_stores(space, [(store, range(5), {})], False), sync_batch(space, items))
     # Pickled (a Ray actor's answer), it reads the same.
     again = pickle.loads(pickle.dumps(store))
-    assert_same(read_batch(space, [(again, range(5), {})], False), sync_batch(space, items))
+    assert_same(read_stores(space, [(again, range(5), {})], False), sync_batch(space, items))
 
 
 def test_a_fixed_capacity_store_spills_rows_and_says_what_they_need() -> None:
@@ -96,8 +96,8 @@ def test_a_fixed_capacity_store_spills_rows_and_says_what_they_need() -> None:
     assert store.wants[0] == max(lengths)
     # The spilled rows, taken from the answer, make the batch whole again; so does the
     # padded form, row by row.
-    assert_same(read_batch(space, [(store, range(4), spilled)], False), sync_batch(space, items))
-    data, counts = read_batch(space, [(store, range(4), spilled)], True)["entities"]["a"]
+    assert_same(read_stores(space, [(store, range(4), spilled)], False), sync_batch(space, items))
+    data, counts = read_stores(space, [(store, range(4), spilled)], True)["entities"]["a"]
     for i, x in enumerate(items):
         assert_same(data[i, : counts[i]], x["entities"]["a"])
 
@@ -110,7 +110,7 @@ def test_two_groups_read_as_one_batch() -> None:
     first.write_rows(items[:2])
     second.write_rows(items[2:], first_env=2)
     parts = [(first, range(2), {}), (second, range(3), {})]
-    assert_same(read_batch(space, parts, False), sync_batch(space, items))
+    assert_same(read_stores(space, parts, False), sync_batch(space, items))
 
 
 @pytest.mark.parametrize(
