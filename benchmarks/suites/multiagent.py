@@ -84,6 +84,7 @@ from benchmarks._common.fresh_child import child_main, run_child
 from benchmarks._common.paths import RESULTS
 from benchmarks._common.run_context import machine_info
 from benchmarks._common.timing import median, per_round_ratios, rotated, run_for, spread
+from benchmarks.report.text import fmt_spread, padded_table
 
 DEFAULT_N_ENVS = {"spread-3": [8, 16, 32]}
 #: Longest a child may take beyond its warm-up and timed seconds.
@@ -371,25 +372,6 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _fmt_rate(s: dict[str, float]) -> str:
-    return f"{s['median']:,.0f} ({s['min']:,.0f}-{s['max']:,.0f})"
-
-
-def _fmt_ratio(s: dict[str, float] | None) -> str:
-    if not s or np.isnan(s["median"]):
-        return "-"
-    return f"{s['median']:.2f} ({s['min']:.2f}-{s['max']:.2f})"
-
-
-def _table(head: list[str], rows: list[list[str]]) -> list[str]:
-    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
-
-    def line(cells: list[str]) -> str:
-        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
-
-    return [line(head), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)]
-
-
 def tables(report: dict[str, Any]) -> str:
     """The throughput table, envmgr's packing and traffic, and the targets."""
     m = report["machine"]
@@ -414,9 +396,9 @@ def tables(report: dict[str, Any]) -> str:
                 rows.append(
                     base
                     + [
-                        _fmt_rate(s["agent_steps_per_second"]),
-                        _fmt_rate(s["env_steps_per_second"]),
-                        "1" if impl == "ceiling" else _fmt_ratio(s["of_ceiling"]),
+                        fmt_spread(s["agent_steps_per_second"]),
+                        fmt_spread(s["env_steps_per_second"]),
+                        "1" if impl == "ceiling" else fmt_spread(s["of_ceiling"], 2),
                         "-" if cpu is None else f"{cpu['median']:.3f}",
                     ]
                 )
@@ -424,7 +406,7 @@ def tables(report: dict[str, Any]) -> str:
                 rows.append(base + [f"FAILED: {c['errors'][impl]}", "", "", ""])
             elif impl in c["skipped"]:
                 rows.append(base + [f"skipped: {c['skipped'][impl]}", "", "", ""])
-    lines += _table(head, rows)
+    lines += padded_table(head, rows)
     lines += ["", "envmgr: packing per live agent-step, bytes per batch (outside the timed window)"]
     head = [
         "env", "n", "impl", "live agents", "worker pack us/agent", "parent unpack us/agent",
@@ -442,20 +424,20 @@ def tables(report: dict[str, Any]) -> str:
                     str(c["n_envs"]),
                     impl,
                     f"{s['live_agents_per_batch']['median']:.0f}",
-                    _fmt_ratio(s["worker_pack_us_per_agent"]),
-                    _fmt_ratio(s["parent_unpack_us_per_agent"]),
+                    fmt_spread(s["worker_pack_us_per_agent"], 2),
+                    fmt_spread(s["parent_unpack_us_per_agent"], 2),
                     f"{s['pickled_bytes_per_batch']['max']:.1f}",
                     f"{s['read_bytes_per_batch']['median']:.1f}",
                     f"{s['timed_written_bytes_per_batch']['median']:.1f}",
                 ]
             )
-    lines += _table(head, rows)
+    lines += padded_table(head, rows)
     lines += ["", "Targets (envmgr = make_parallel's default layout)"]
     rows = [
         [t["target"], t["shown"], "-" if t["met"] is None else ("met" if t["met"] else "missed")]
         for t in report.get("targets", [])
     ]
-    lines += _table(["target", "measured", ""], rows) if rows else ["(none measured)"]
+    lines += padded_table(["target", "measured", ""], rows) if rows else ["(none measured)"]
     return "\n".join(lines) + "\n"
 
 
