@@ -83,7 +83,7 @@ KINDS = [*RAY_KINDS, "local"]
 #: MuJoCo or ALE in every actor, on a loaded 2-core machine).
 CHILD_OVERHEAD_TIMEOUT = 240.0
 QUICK = {"rounds": 1, "seconds": 0.1, "warmup": 0.05}
-#: The step / bare round trip ratio the issue asks for.
+#: The most envmgr's step may cost over a bare round trip with the same payload.
 TARGET_STEP_OVER_BARE = 1.2
 #: Shares of the local manager's throughput the break-even estimate is given for.
 BREAK_EVEN_SHARES = (0.5, 0.9)
