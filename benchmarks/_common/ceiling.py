@@ -184,13 +184,28 @@ class Ceiling:
     def __init__(
         self, kind: str, name: str, actions: np.ndarray, processes: int, seed: int = 0
     ) -> None:
+        self._start(block_maker(kind, name), actions, processes, seed)
+
+    @classmethod
+    def of_blocks(
+        cls, make: Callable[[int], Any], actions: np.ndarray, processes: int, seed: int = 0
+    ) -> Ceiling:
+        """A ceiling over blocks ``make(n)`` builds: anything with ``reset(seed=)``,
+        ``step(actions)`` and ``close()`` (a multi-agent loop, say). ``make`` is pickled
+        to the processes; process ``p`` gets ``actions[:, its envs]``."""
+        ceiling = cls.__new__(cls)
+        ceiling._start(make, actions, processes, seed)
+        return ceiling
+
+    def _start(
+        self, make: Callable[[int], Any], actions: np.ndarray, processes: int, seed: int
+    ) -> None:
         n = actions.shape[1]
         if not 1 <= processes <= n:
             raise ValueError(f"ceiling needs 1 <= processes <= n_envs, got {processes} for {n}")
         self.impl = "ceiling"
         self.vec = self  # the harness closes ``runner.vec``
         self.sizes = [n // processes + (1 if p < n % processes else 0) for p in range(processes)]
-        make = block_maker(kind, name)
         starts = np.cumsum([0, *self.sizes])
         self.processes = BlockProcesses(
             mp.get_context("spawn"),

@@ -8,6 +8,7 @@ import os
 import platform
 import subprocess
 import sys
+import time
 from time import perf_counter
 from typing import Any
 
@@ -107,6 +108,7 @@ def machine_info(envpool_msg: str) -> dict[str, Any]:
         "envmgr": envmgr.__version__,
         "cloudpickle": cloudpickle_version,
         "envpool": envpool_msg,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "git_commit": git("rev-parse", "--short", "HEAD"),
         "git_dirty": None if status is None else bool(status),
         "default_mp_start_method": mp.get_start_method(allow_none=True),

@@ -31,6 +31,13 @@ def median(xs: Sequence[float]) -> float:
     return float(statistics.median(xs)) if xs else float("nan")
 
 
+def spread(xs: Sequence[float]) -> dict[str, float]:
+    """``median``, ``min`` and ``max`` of ``xs`` (NaN each for no samples)."""
+    if not xs:
+        return {"median": float("nan"), "min": float("nan"), "max": float("nan")}
+    return {"median": median(xs), "min": float(min(xs)), "max": float(max(xs))}
+
+
 def sample_actions(env: str, n: int, seed: int) -> np.ndarray:
     """Action batches for ``n`` copies of benchmark env ``env``, drawn once per configuration."""
     probe = bench_envs.FACTORIES[env]()

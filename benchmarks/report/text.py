@@ -39,6 +39,25 @@ def fmt_ratio(x: float | None) -> str:
     return f"{x:.2f}x"
 
 
+def fmt_spread(s: dict[str, float] | None, digits: int = 0) -> str:
+    """``median (min-max)`` of a :func:`benchmarks._common.timing.spread`; ``-`` if none."""
+    if not s or s["median"] != s["median"]:
+        return "-"
+    return f"{s['median']:,.{digits}f} ({s['min']:,.{digits}f}-{s['max']:,.{digits}f})"
+
+
+def padded_table(head: list[str], rows: list[list[str]]) -> list[str]:
+    """A Markdown table's lines with every column padded to its widest cell (for a
+    terminal and a ``.txt``; rows shorter than ``head`` are padded with empty cells)."""
+    rows = [r + [""] * (len(head) - len(r)) for r in rows]
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+
+    def line(cells: list[str]) -> str:
+        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
+
+    return [line(head), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)]
+
+
 def markdown_table(
     configs: list[dict[str, Any]], impls: list[str], ratio_pairs: list[tuple[str, str]]
 ) -> str:
