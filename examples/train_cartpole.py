@@ -18,7 +18,7 @@ from collections import deque
 import numpy as np
 
 from envmgr import timers
-from envmgr.managers.make import make
+from envmgr import make
 from envmgr.timers.format import format_tree, worker_summary
 
 try:
