@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the checkout's envmgr, not another installed copy
 
 import envmgr  # noqa: E402
+from sphinx.util.nodes import make_refnode  # noqa: E402
 
 project = "envmgr"
 author = "envmgr's authors"
@@ -41,7 +42,7 @@ myst_heading_anchors = 3
 
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
-autodoc_default_options = {"members": True, "show-inheritance": True}
+autodoc_default_options: dict[str, object] = {}
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False
 
@@ -50,7 +51,7 @@ napoleon_numpy_docstring = False
 intersphinx_mapping: dict[str, tuple[str, str | None]] = {}
 nitpick_ignore_regex = [
     (r"py:.*", r"(gymnasium|gym|numpy|np|ray|stable_baselines3|pettingzoo|torch)\b.*"),
-    (r"py:.*", r"(multiprocessing|collections|typing|os|pathlib|types|concurrent)\b.*"),
+    (r"py:.*", r"(multiprocessing|collections|typing|os|pathlib|types|concurrent|warnings)\b.*"),
     (r"py:.*", r"(Any|Callable|Sequence|Mapping|Iterable|Iterator|Path|Self|TypeVar|T)"),
     (r"py:class", r"(ActType|ObsType|RenderFrame|ArrayLike|NDArray|.*\.T|np\.ndarray)"),
 ]
@@ -79,11 +80,42 @@ def _is_internal(target: str) -> bool:
     return False
 
 
-def _internal_as_text(app, env, node, contnode):  # type: ignore[no-untyped-def]
-    if node.get("refdomain") == "py" and _is_internal(node["reftarget"]):
+def _is_type_variable(target: str) -> bool:
+    """Whether ``target`` names a type variable or alias of a public module (never documented)."""
+    module_name, _, name = target.rpartition(".")
+    module = sys.modules.get(module_name)
+    obj = getattr(module, name, None) if module is not None else None
+    return obj is not None and not callable(obj) or type(obj).__name__ in ("TypeVar", "_GenericAlias", "UnionType")
+
+
+def _defined_in_envmgr(target: str) -> bool:
+    """Whether ``target``'s last name is an object some envmgr module defines: a real name
+    that the reference leaves out (a module's helper), as against a typo, which fails."""
+    name = target.rsplit(".", 1)[-1]
+    return any(
+        module_name.split(".")[0] == "envmgr" and name in vars(module)
+        for module_name, module in list(sys.modules.items())
+    )
+
+
+def _resolve_loosely(app, env, node, contnode):  # type: ignore[no-untyped-def]
+    """A Python reference Sphinx could not resolve: to the one documented object whose full
+    name ends with it, else plain text for a real envmgr name left out of the reference."""
+    if node.get("refdomain") != "py":
+        return None
+    target = node.get("reftarget", "")
+    objects = env.get_domain("py").objects
+    found = [full for full in objects if full.endswith("." + target.lstrip(".~"))]
+    if len(found) == 1:
+        entry = objects[found[0]]
+        return make_refnode(app.builder, node["refdoc"], entry.docname, entry.node_id, contnode)
+    if _is_internal(target) or _is_type_variable(target) or _defined_in_envmgr(target):
         return contnode
     return None
 
 
 def setup(app):  # type: ignore[no-untyped-def]
-    app.connect("missing-reference", _internal_as_text)
+    app.connect("missing-reference", _resolve_loosely)
+
+# Gymnasium's own docstrings, inherited by the methods envmgr overrides, name its attributes.
+nitpick_ignore = [("py:attr", "action_space")]
