@@ -16,6 +16,9 @@ groups of envs and answers back::
                                                 more to say (else as wait)
     wait(seqs, timeout, need)    <------------  answers, lost groups, errors
     replace(group)               ------------>  a new group in place of a lost one (its Ready)
+    retire(group, seq)           ------------>  a healthy group stopped for a planned
+                                                replacement (recycling); replace() follows
+    resident_bytes(group)        <------------  its resident memory, as last read
     abandon(group, why)          ------------>  a replace cut off (Ctrl-C): leave the group
                                                 lost, to be replaced at the next call
     shutdown(graceful)           ------------>  stop everything, free the arrays
@@ -123,6 +126,20 @@ class Backend(Protocol):
         ...
 
     def replace(self, g: int, timeout: float | None) -> Ready | Lost: ...
+
+    def recyclable(self) -> Sequence[int]:
+        """The groups with a process of their own, which recycling may replace."""
+        ...
+
+    def retire(self, g: int, seq: int) -> None:
+        """Stop healthy group ``g`` for a planned replacement: its envs closed (``seq``:
+        the command's), within ``close_timeout``; :meth:`replace` ends what is left."""
+        ...
+
+    def resident_bytes(self, g: int) -> int | None:
+        """Group ``g``'s resident set size in bytes, as last read (``None``: not known
+        yet). Called at most every few hundred milliseconds; it must not wait."""
+        ...
 
     def abandon(self, g: int, why: str) -> bool:
         """After an interrupt (not an error) cut :meth:`replace` of group ``g`` off: leave

@@ -51,10 +51,10 @@ def _demo_env_spec(env_id: str) -> Any:
     """The spec of ``env_id``, or a usage error saying why there is none."""
     import gymnasium as gym
 
-    from envmgr.managers.make import _resolve_spec
+    from envmgr.managers.make import resolve_spec
 
     try:
-        return _resolve_spec(env_id)
+        return resolve_spec(env_id)
     except (gym.error.Error, ImportError, AttributeError, ValueError) as exc:
         raise BadUsage(f"--env {env_id}: {one_line(exc)}") from None
 

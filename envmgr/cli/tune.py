@@ -21,11 +21,11 @@ def _tune(args: argparse.Namespace) -> int:
     import gymnasium as gym
 
     from envmgr.errors import EnvMgrError
-    from envmgr.managers.make import _resolve_spec
+    from envmgr.managers.make import resolve_spec
     from envmgr.tune import tune
 
     try:
-        _resolve_spec(args.env_id)  # an unknown id is a usage error, found before any process
+        resolve_spec(args.env_id)  # an unknown id is a usage error, found before any process
     except gym.error.NamespaceNotFound as exc:
         # Gymnasium 1.x: a namespace exists once its package is imported (ale_py for ALE);
         # gym.make's "package:id" form imports it, and so does envmgr's.

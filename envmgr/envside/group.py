@@ -51,8 +51,6 @@ __all__ = [
     "write_batch",
 ]
 
-# Autoreset modes, by gymnasium.vector.AutoresetMode value.
-_NEXT_STEP, _SAME_STEP, _DISABLED = "NextStep", "SameStep", "Disabled"
 
 Infos = list[tuple[int, dict[str, Any]]]
 

@@ -8,12 +8,10 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space, iterate
 
 from envmgr.envside.group import (
-    _DISABLED,
-    _NEXT_STEP,
-    _SAME_STEP,
     BuildFailed,
     EnvGroup,
     GroupSpec,
@@ -23,6 +21,12 @@ from envmgr.protocol.ragged import RaggedStore
 from envmgr.protocol.trees import tree_map
 
 __all__ = ["SingleEnvGroup"]
+
+NEXT_STEP, SAME_STEP, DISABLED = (
+    AutoresetMode.NEXT_STEP,
+    AutoresetMode.SAME_STEP,
+    AutoresetMode.DISABLED,
+)
 
 
 class SingleEnvGroup(EnvGroup):
@@ -66,7 +70,8 @@ class SingleEnvGroup(EnvGroup):
         self.metadata = dict(first.metadata)
         self.render_mode = first.render_mode
         self.env_spec = first.spec
-        self.mode = spec.autoreset_mode
+        # Compared by identity on every env step: an enum member, not its string value.
+        self.mode = AutoresetMode(spec.autoreset_mode)
         self.autoreset = [False] * self.n
         # Last results per env, kept between commands so a partial reset can
         # republish the observations of the envs it did not touch.
@@ -134,7 +139,7 @@ class SingleEnvGroup(EnvGroup):
             for i in range(self.n):
                 env = envs[i]
                 if autoreset[i]:
-                    if mode == _NEXT_STEP:
+                    if mode is NEXT_STEP:
                         t0 = perf_counter()
                         obs, info = env.reset()
                         t_reset += perf_counter() - t0
@@ -146,7 +151,7 @@ class SingleEnvGroup(EnvGroup):
                         if info:
                             infos.append((i, info))
                         continue
-                    if mode == _DISABLED:
+                    if mode is DISABLED:
                         raise RuntimeError(
                             f"env {self.offset + i} finished its episode and autoreset_mode "
                             "is 'Disabled': reset it (reset(options={'reset_mask': ...})) "
@@ -160,7 +165,7 @@ class SingleEnvGroup(EnvGroup):
                 env_cnt[i] += 1
                 if info.__class__ is not dict:
                     self._check_info(i, info)
-                if (term or trunc) and mode == _SAME_STEP:
+                if (term or trunc) and mode is SAME_STEP:
                     t0 = perf_counter()
                     final = {"final_obs": obs, "final_info": info}
                     obs, info = env.reset()
@@ -181,7 +186,7 @@ class SingleEnvGroup(EnvGroup):
             raise
         self._publish_all()
         t = self.timers
-        t.step_env.add_time(t_env, self.n - n_resets if mode == _NEXT_STEP else self.n)
+        t.step_env.add_time(t_env, self.n - n_resets if mode is NEXT_STEP else self.n)
         if n_resets:
             t.step_autoreset.add_time(t_reset, n_resets)
         t.step.add_time(perf_counter() - t_start)

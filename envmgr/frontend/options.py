@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping
 from numbers import Integral, Real
 from typing import Any, Literal, TypedDict, overload
@@ -16,6 +17,7 @@ __all__ = [
     "FrontEndOptions",
     "check_options",
     "count",
+    "memory_size",
     "seconds",
     "ragged_options",
     "DEFAULT_START_TIMEOUT",
@@ -76,6 +78,25 @@ class FrontEndOptions(TypedDict, total=False):
             columns; default :data:`~envmgr.protocol.info_columns.ROW_BYTES`). A key that
             finds no room travels pickled; multi-agent envs, whose infos hold a value per
             agent, get room for every slot from :func:`~envmgr.make_parallel`.
+        max_worker_steps: Replace a worker (or actor) once it has stepped this many
+            batches (``step()`` calls; each steps all of its envs once), however
+            healthy it is: a planned replacement for envs whose memory grows. ``None``
+            (default): never. See ``docs/guide/recycling.md``.
+        max_worker_memory: Replace a worker (or actor) once its resident set size
+            passes this: bytes as an int, or a string such as ``"2GB"``, ``"512MB"``
+            (powers of 1000) or ``"1.5GiB"`` (powers of 1024). Read from ``/proc`` at
+            most every :data:`~envmgr.frontend.recycling.MEMORY_READ_SECONDS` seconds,
+            at the end of a step. ``None`` (default): never.
+
+            A worker over either limit is *recycled*: in the batch where it is found
+            over, its envs whose episode did not end come back truncated, and every
+            one of its envs carries ``infos["envmgr_recycled"]``; the next ``step()``
+            or ``reset()`` replaces it first (its envs are reset, to start their next
+            episode at that step in next-step autoreset mode). A ``reset()`` of all of
+            its envs is its episode boundary: it is replaced before it, and that reset
+            carries out the one asked for. Recycling is not charged to
+            ``max_restarts``: it counts in ``.recycles``, beside ``.restarts``.
+            ``caller_envs`` run in the calling process and are never recycled.
     """
 
     num_envs: int | None
@@ -90,6 +111,8 @@ class FrontEndOptions(TypedDict, total=False):
     ragged: str
     capacity: int | dict[str, int] | None
     info_bytes_per_env: int
+    max_worker_steps: int | None
+    max_worker_memory: int | str | None
 
 
 def check_options(owner: str, options: dict[str, Any]) -> None:
@@ -125,6 +148,8 @@ def check_options(owner: str, options: dict[str, Any]) -> None:
         raise TypeError(f"capacity must be an int or a dict of path -> int, got {capacity!r}")
     if not isinstance(options.get("copy", True), bool):
         raise TypeError(f"copy must be True or False, got {options['copy']!r}")
+    count("max_worker_steps", options.get("max_worker_steps"))
+    memory_size("max_worker_memory", options.get("max_worker_memory"))
 
 
 @overload
@@ -181,3 +206,47 @@ def count(name: str, value: Any) -> Any:
     if isinstance(value, bool) or not isinstance(value, Integral) or value < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
     return int(value)
+
+
+#: Units of a size string, in bytes: decimal (``MB``) and binary (``MiB``); case is ignored.
+_UNITS = {
+    "": 1,
+    "b": 1,
+    **{f"{p}b": 1000**k for k, p in enumerate("kmgt", 1)},
+    **{f"{p}ib": 1024**k for k, p in enumerate("kmgt", 1)},
+}
+_SIZE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)\s*", re.IGNORECASE)
+
+
+def memory_size(name: str, value: Any) -> int | None:
+    """``value`` as a number of bytes, or ``None``; what is not a size is refused naming
+    ``name``.
+
+    Args:
+        name: The argument, for the message.
+        value: ``None``, an int of bytes (``>= 1``), or a string: a number and a unit
+            among ``B``, ``KB``/``MB``/``GB``/``TB`` (powers of 1000) and
+            ``KiB``/``MiB``/``GiB``/``TiB`` (powers of 1024), such as ``"2GB"``.
+    """
+    if value is None:
+        return None
+    if isinstance(value, Integral) and not isinstance(value, bool):
+        if value < 1:
+            raise ValueError(f"{name} must be at least 1 byte, got {value!r}")
+        return int(value)
+    if not isinstance(value, str):
+        raise TypeError(
+            f"{name} must be a number of bytes (int) or a size string such as '2GB', got {value!r}"
+        )
+    match = _SIZE.fullmatch(value)
+    unit = match.group(2).lower() if match else None
+    if match is None or unit not in _UNITS:
+        raise ValueError(
+            f"{name}={value!r} is not a size: write a number and one of the units "
+            "B, KB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024), "
+            "such as '2GB' or '512MiB'"
+        )
+    size = int(float(match.group(1)) * _UNITS[unit])
+    if size < 1:
+        raise ValueError(f"{name}={value!r} is less than 1 byte")
+    return size

@@ -199,6 +199,13 @@ class BatchReader:
             return {}
         return merge(columns.read(groups), (), self.layout.num_envs, self.add_info)
 
+    def adopt(self, g: int, answer: Any) -> None:
+        """Group ``g`` was replaced between calls (recycled): its info columns are forgotten,
+        then laid out as its replacement's ``answer`` (``None``: none yet) says."""
+        self.columns.forget(g)
+        if answer is not None and answer.info_schema is not None:
+            self.columns.update(g, answer.info_schema)
+
     def read(
         self,
         answers: dict[int, Any],

@@ -8,6 +8,9 @@ The public API (:mod:`~envmgr.frontend.vector_env`), the per-env calls
 What a lost group costs is chosen by the call's :class:`~envmgr.frontend.state.CallKind`:
 a step or reset replaces it under the restart budget (:meth:`Session.recover`), a
 per-env call breaks the manager, a timer flush leaves it for the next step or reset.
+A healthy group past ``max_worker_steps`` or ``max_worker_memory`` is replaced the same
+way, planned and not charged to the budget (:meth:`Session.recycle_due`, with
+:mod:`~envmgr.frontend.recycling`).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from envmgr.errors import (
     add_note,
 )
 from envmgr.frontend.options import seconds
+from envmgr.frontend.recycling import Recycler
 from envmgr.frontend.resets import reset_arguments
 from envmgr.frontend.restarts import RestartBudget
 from envmgr.frontend.results import BatchReader
@@ -69,6 +73,7 @@ class Session:
         timer_interval: Seconds between timer shipments (see ``WorkerTimers``).
         shutdown: The manager's shutdown, which a failure that is not recovered calls.
             Held weakly: the session must not keep its manager alive.
+        recycler: Which groups are due for a planned replacement (``None``: no limits).
     """
 
     def __init__(
@@ -83,6 +88,7 @@ class Session:
         start_timeout: float | None,
         timer_interval: float,
         shutdown: Callable[[bool], None],
+        recycler: Recycler | None = None,
     ) -> None:
         self.backend = backend
         self.layout = backend.layout
@@ -100,6 +106,7 @@ class Session:
         self.reader: BatchReader | None = None
         self.buffers: SharedBuffers | None = None
         self._shutdown = weakref.WeakMethod(shutdown)
+        self.recycler = recycler
 
     def opened(
         self, buffers: SharedBuffers, reader: BatchReader, autoreset_mode: AutoresetMode
@@ -235,16 +242,63 @@ class Session:
         A group cut mid-step is reset (and, in next-step mode, reset once more at
         the next step); one cut mid-reset carries out the reset asked for.
         """
-        backend = self.backend
         first = lost.failure
         self.failures.append(first)
         if self.budget.max_restarts <= 0:
             self.mark_broken(first)
             raise first
-        reason = lost.reason
+        answer = self.replace_group(g, "restart", lost.reason, first, reset)
+        assert answer is not None
+        return answer
+
+    def recycle_due(self, resets_all: Sequence[int] = ()) -> None:
+        """Replace the groups found over a recycling limit, before the call about to post.
+
+        Args:
+            resets_all: Groups whose every env the coming reset resets: their
+                replacement is not reset first (that reset is its first).
+        """
+        recycler = self.recycler
+        assert recycler is not None
+        self.flush_timers()  # a retired group's timings would go with it
+        # Under "workers", beside the restarts, which nest there too.
+        with timers.hierarchical_timer("workers", self.worker_timers.stack):
+            for g, note in sorted(recycler.due.items()):
+                # A clean stop, so that its envs are closed; replace() ends what is left.
+                self.backend.retire(g, self.next_seq())
+                self.replace_group(g, "recycle", note, None, None, then_reset=g not in resets_all)
+
+    def replace_group(
+        self,
+        g: int,
+        why: str,
+        reason: str,
+        first: BaseException | None,
+        reset: Reset | None,
+        *,
+        then_reset: bool = True,
+    ) -> StepResponse | None:
+        """Replace group ``g`` and reset its replacement; the reset's answer.
+
+        Args:
+            g: The group.
+            why: ``"restart"`` (a failure, charged to the budget) or ``"recycle"`` (planned:
+                the first replacement is not charged; one that dies before it is ready is
+                a failure, and charged). Names the timer node (``restart_worker_1``).
+            reason: What happened, for messages.
+            first: The failure that made the restart (``None`` for a recycle).
+            reset: The reset to carry out (``None``: all its envs, see
+                :meth:`_reset_replacement`).
+            then_reset: Reset the replacement (default), or not (the coming call
+                resets all its envs); then ``None`` is returned.
+        """
+        backend = self.backend
+        recycling = why == "recycle"
+        charged = not recycling
+        after = reason if first is None else str(first)
         while True:
-            self.check_not_closed_under("restart")
-            spent = self.budget.charge(g)
+            self.check_not_closed_under(why)
+            spent = self.budget.charge(g) if charged else None
             if spent is not None:
                 message = f"{self.where(g)} failed ({reason}) {spent}, so the manager is closed"
                 broken = BrokenWorkerError(message, g, self.layout.range(g))
@@ -252,37 +306,55 @@ class Session:
                 self.mark_broken(broken)
                 raise broken from first
             with timers.hierarchical_timer(
-                f"restart_{self.noun}_{g}", self.worker_timers.stack
-            ) as restarted:
+                f"{why}_{self.noun}_{g}", self.worker_timers.stack
+            ) as replaced:
                 stage = "replace"
                 try:
                     again = backend.replace(g, self.start_timeout)
                     stage = "reset"
-                    self.budget.done(g)
+                    if charged:
+                        self.budget.done(g)
+                    elif self.recycler is not None:
+                        self.recycler.recycles[g] += 1
                     if isinstance(again, Ready):
-                        self.merge_start(restarted, {g: again})
+                        if self.recycler is not None:
+                            self.recycler.started(g)
+                        self.merge_start(replaced, {g: again})
+                        if not then_reset:
+                            self._adopt(g, None)
+                            return None
                         answer = self._reset_replacement(g, reset)
                         if not isinstance(answer, Lost):
+                            if recycling:
+                                self._adopt(g, answer)
                             return answer
                         again = answer
                 except BaseException as exc:
-                    # Ctrl-C cut the restart (replacement or its reset) off: the group is
-                    # left lost, and the next call restarts it again (under the same
-                    # budget), where the backend can do that. The replacement's factory
-                    # raised: broken. A reset's error is raised as at any reset.
+                    # Ctrl-C cut the replacement (or its reset) off: the group is left
+                    # lost, and the next call restarts it (under the same budget), where
+                    # the backend can do that. The replacement's factory raised: broken.
+                    # A reset's error is raised as at any reset.
                     if not isinstance(exc, Exception):
                         if not backend.abandon(g, _CUT_OFF):
                             self.mark_broken(exc)
                     else:
-                        # The failure that made the restart is otherwise only in `failures`.
+                        # What made the replacement is otherwise only in `failures`.
                         verb = "built" if stage == "replace" else "reset"
-                        add_note(exc, f"raised while envmgr {verb} a replacement, after: {first}")
+                        add_note(exc, f"raised while envmgr {verb} a replacement, after: {after}")
                         if stage == "replace":
                             self.mark_broken(exc)
                     raise
             # The replacement died or hung before it was ready: one more failure of
-            # this group, under the same budget.
+            # this group, under the budget.
             reason = f"its replacement {again.reason.removeprefix('it ')}"
+            charged = True
+
+    def _adopt(self, g: int, answer: StepResponse | None) -> None:
+        """A recycled group's replacement: its info columns are its own (its reset's
+        answer, the one the caller is not given, says which)."""
+        reader = self.reader
+        if reader is not None:
+            reader.adopt(g, answer)
 
     def _reset_replacement(self, g: int, reset: Reset | None) -> StepResponse | Lost:
         """Reset a replacement of group ``g``: as asked (``reset``), else all its envs."""
@@ -343,6 +415,10 @@ class Session:
         """Send a reset to the groups owning the envs it resets; the call to wait for."""
         backend = self.usable("reset")
         seeds, options, mask = reset_arguments(seed, options, self.layout.num_envs)
+        if self.recycler is not None and self.recycler.due:
+            ranges = zip(self.groups, map(self.layout.range, self.groups), strict=True)
+            whole = [g for g, r in ranges if mask is None or mask[r.start : r.stop].all()]
+            self.recycle_due(whole)  # before the seq: a replacement starts at the last one
         ship = self.worker_timers.want()
         seq = self.next_seq()
         commands: dict[int, Reset] = {}
@@ -357,6 +433,9 @@ class Session:
 
     def post_step(self, actions: Any) -> tuple[int, bool]:
         """Hand checked actions to every group: the step's seq and whether timers ship."""
+        recycler = self.recycler
+        if recycler is not None and recycler.due:
+            self.recycle_due()
         ship = self.worker_timers.want()
         self.seq = seq = self.seq + 1
         self.backend.post_step(self.groups, seq, ship, actions, None)
@@ -367,15 +446,20 @@ class Session:
         """Wait for batch step ``seq``; the usual step is read straight from the arrays."""
         t0 = perf_counter()
         got = self.backend.wait_step(seq, timeout)
+        reader = self.reader
+        assert reader is not None
         if got is None:
             self.worker_timers.target.add_time(perf_counter() - t0)  # type: ignore[union-attr]
-            return self.reader.read_batch()  # type: ignore[union-attr]
-        waited = perf_counter() - t0
-        # Under "workers", which already holds the seconds waited (restarts nest there).
-        with timers.hierarchical_timer("workers", self.worker_timers.stack) as node:
-            node.total += waited
-            answers, replaced = self.settle(got, CallKind.STEP)
-        return self.read(answers, replaced, ship, None)
+            batch = reader.read_batch()
+        else:
+            waited = perf_counter() - t0
+            # Under "workers", which already holds the seconds waited (restarts nest there).
+            with timers.hierarchical_timer("workers", self.worker_timers.stack) as node:
+                node.total += waited
+                answers, replaced = self.settle(got, CallKind.STEP)
+            batch = self.read(answers, replaced, ship, None)
+        recycler = self.recycler
+        return batch if recycler is None else recycler.end_of_step(batch, reader.add_info)
 
     # ================================================================ timers
 

@@ -48,9 +48,12 @@ from envmgr.frontend.options import (
     DEFAULT_START_TIMEOUT,
     DEFAULT_TIMER_INTERVAL,
     FrontEndOptions,
+    count,
     hosted_autoreset_mode,
+    memory_size,
     ragged_options,
 )
+from envmgr.frontend.recycling import RECYCLED_INFO_KEY, Recycler
 from envmgr.frontend.restarts import RestartBudget
 from envmgr.frontend.results import RESTARTED_INFO_KEY, BatchReader
 from envmgr.frontend.session import Batch, Session
@@ -58,7 +61,13 @@ from envmgr.frontend.state import CLOSED, IDLE, CallKind, PendingCall, State
 from envmgr.protocol.info_columns import ROW_BYTES
 from envmgr.protocol.messages import Ready
 
-__all__ = ["BatchedVectorEnv", "FrontEndOptions", "RESTARTED_INFO_KEY", "open_managers"]
+__all__ = [
+    "BatchedVectorEnv",
+    "FrontEndOptions",
+    "RECYCLED_INFO_KEY",
+    "RESTARTED_INFO_KEY",
+    "open_managers",
+]
 
 _Method = TypeVar("_Method", bound=Callable[..., Any])
 
@@ -154,6 +163,10 @@ class BatchedVectorEnv(VectorEnv):  # type: ignore[type-arg]
         self._budget = RestartBudget(layout.n_groups, self.max_restarts, self.restart_window)
         self.step_timeout = step_timeout
         self.start_timeout = options.get("start_timeout", DEFAULT_START_TIMEOUT)
+        self.max_worker_steps = count("max_worker_steps", options.get("max_worker_steps"))
+        self.max_worker_memory = memory_size("max_worker_memory", options.get("max_worker_memory"))
+        limits = (self.max_worker_steps, self.max_worker_memory)
+        recycler = None if limits == (None, None) else Recycler(backend, *limits)
         self._session = session = Session(
             backend,
             owner=type(self).__name__,
@@ -164,6 +177,7 @@ class BatchedVectorEnv(VectorEnv):  # type: ignore[type-arg]
             start_timeout=self.start_timeout,
             timer_interval=options.get("timer_interval", DEFAULT_TIMER_INTERVAL),
             shutdown=self._shutdown,
+            recycler=recycler,
         )
         self.failures: list[WorkerFailure] = session.failures
         # Start-up is a node of its own, so it is not charged to the first reset or step.
@@ -227,6 +241,13 @@ class BatchedVectorEnv(VectorEnv):  # type: ignore[type-arg]
     def _where(self, g: int) -> str:
         assert self._backend is not None
         return self._backend.where(g)
+
+    @property
+    def recycles(self) -> list[int]:
+        """Planned replacements so far (``max_worker_steps``, ``max_worker_memory``), per
+        group, as ``restarts`` counts failures (a copy)."""
+        recycler = self._session.recycler
+        return [0] * self._session.layout.n_groups if recycler is None else list(recycler.recycles)
 
     def _groups_in_flight(self) -> list[int]:
         """The groups with a ``send()`` step or an ``async_reset`` not yet received."""

@@ -19,7 +19,7 @@ How SB3's semantics are met (``SubprocVecEnv``'s, checked against its source):
   ``(obs, rewards, dones, infos)`` with ``terminal_observation`` and
   ``TimeLimit.truncated`` in the info and the reset info in ``reset_infos``.
 * Info dicts arrive exactly as the env returned them (see
-  :mod:`envmgr.integrations._sb3_env`), not as Gymnasium's per-key arrays.
+  :mod:`envmgr.integrations.sb3_shim`), not as Gymnasium's per-key arrays.
 * ``seed()`` / ``set_options()`` apply at the next ``reset()``; env ``i`` gets
   ``seed + i``; options are per env.
 * ``get_attr`` / ``set_attr`` / ``env_method`` / ``env_is_wrapped`` / ``has_attr``
@@ -50,8 +50,8 @@ from stable_baselines3.common.vec_env.base_vec_env import (
 )
 
 from envmgr.frontend.results import RESTARTED_INFO_KEY
-from envmgr.integrations import _sb3_env as remote
-from envmgr.integrations._sb3_env import INFO_KEY, ShimFactory
+from envmgr.integrations import sb3_shim as remote
+from envmgr.integrations.sb3_shim import INFO_KEY, ShimFactory
 from envmgr.managers.local import SubprocessEnvManager
 
 __all__ = ["EnvmgrVecEnv"]
@@ -260,7 +260,7 @@ class EnvmgrVecEnv(VecEnv):
         indices: VecEnvIndices = None,
     ) -> list[bool]:
         """Whether each chosen env has ``wrapper_class`` in its wrapper chain (asked by
-        import path, so the workers need not import it: ``_sb3_env.class_ref``)."""
+        import path, so the workers need not import it: ``sb3_shim.class_ref``)."""
         return self._run(indices, remote.is_wrapped, remote.class_ref(wrapper_class))
 
     def has_attr(self, attr_name: str) -> bool:

@@ -129,9 +129,10 @@ class SubprocessEnvManager(BatchedVectorEnv):
             :class:`~envmgr.frontend.options.FrontEndOptions`: ``num_envs``, ``vector_fn``
             (a batched env hosted per worker), ``copy``, ``autoreset_mode``,
             ``check_actions``, ``max_restarts``, ``restart_window``,
-            ``start_timeout``, ``timer_interval``, and for ``Sequence``/``Graph``
-            observations ``ragged`` (SyncVectorEnv's form, ``"padded"`` arrays, or
-            ``"pickled"``) and ``capacity`` (a starting capacity hint).
+            ``start_timeout``, ``timer_interval``, ``max_worker_steps`` and
+            ``max_worker_memory`` (recycling; never the ``caller_envs``), and for
+            ``Sequence``/``Graph`` observations ``ragged`` (SyncVectorEnv's form,
+            ``"padded"`` arrays, or ``"pickled"``) and ``capacity`` (a starting capacity hint).
     """
 
     group_noun = "workers"

@@ -26,7 +26,13 @@ from gymnasium.envs.registration import EnvSpec, VectorizeMode, load_env_creator
 from envmgr.frontend.options import FrontEndOptions, count
 from envmgr.managers.local import SubprocessEnvManager
 
-__all__ = ["make"]
+__all__ = [
+    "make",
+    "SpecEnvFactory",
+    "SpecVectorEnvFactory",
+    "check_env_kwargs",
+    "resolve_spec",
+]
 
 #: ``gymnasium.make_vec``'s arguments, which a vector env's spec records in its kwargs.
 _MAKE_VEC_ARGUMENTS = ("num_envs", "vectorization_mode", "vector_kwargs", "wrappers")
@@ -37,7 +43,7 @@ _SET_BY_MAKE = ("env_fns", "n_workers", "envs_per_worker", "num_envs", "vector_f
 Wrapper = Callable[[gym.Env[Any, Any]], gym.Env[Any, Any]]
 
 
-class _SpecEnvFactory:
+class SpecEnvFactory:
     """Zero-argument env factory: ``gym.make(spec, **kwargs)``, then the wrappers in order.
 
     A plain class (not a closure) so its repr says what it builds and it pickles small.
@@ -63,10 +69,10 @@ class _SpecEnvFactory:
         return env
 
     def __repr__(self) -> str:
-        return f"_SpecEnvFactory({self.spec.id!r}, env_kwargs={self.env_kwargs!r})"
+        return f"SpecEnvFactory({self.spec.id!r}, env_kwargs={self.env_kwargs!r})"
 
 
-class _SpecVectorEnvFactory:
+class SpecVectorEnvFactory:
     """``n -> gymnasium.make_vec(spec, n, mode, wrappers=..., **env_kwargs)``: one batched env
     per worker, for ``vectorization_mode="sync"`` or ``"vector_entry_point"``.
 
@@ -98,7 +104,7 @@ class _SpecVectorEnvFactory:
 
     def __repr__(self) -> str:
         return (
-            f"_SpecVectorEnvFactory({self.spec.id!r}, vectorization_mode={self.mode!r}, "
+            f"SpecVectorEnvFactory({self.spec.id!r}, vectorization_mode={self.mode!r}, "
             f"env_kwargs={self.env_kwargs!r})"
         )
 
@@ -145,7 +151,7 @@ def _make_spec_picklable(env: gym.Env[Any, Any] | gym.vector.VectorEnv[Any, Any,
         env.spec = fixed
 
 
-def _resolve_spec(env_id: str | EnvSpec) -> EnvSpec:
+def resolve_spec(env_id: str | EnvSpec) -> EnvSpec:
     """The spec for ``env_id`` from the parent's registry, ready to ship to a worker."""
     if isinstance(env_id, EnvSpec):
         spec = env_id
@@ -209,7 +215,7 @@ def _env_parameters(spec: EnvSpec) -> set[str] | None:
     return {p.name for p in params}
 
 
-def _check_env_kwargs(spec: EnvSpec, env_kwargs: Mapping[str, Any]) -> None:
+def check_env_kwargs(spec: EnvSpec, env_kwargs: Mapping[str, Any]) -> None:
     """Refuse, with the fix, manager arguments and the old ``env_kwargs=`` given as env kwargs."""
     if "env_kwargs" in env_kwargs:
         raise TypeError(
@@ -323,7 +329,7 @@ def make(
             ``vector_kwargs``), or ``vector_kwargs`` holding what make() sets itself.
         ImportError, AttributeError: If a string entry point cannot be imported.
     """
-    spec = _resolve_spec(env_id)
+    spec = resolve_spec(env_id)
     # A spec from a vector env (envs.spec of make_vec) records make_vec's own arguments
     # among its kwargs: they are taken out and used, as make_vec does (the spec's win).
     recorded = {k: spec.kwargs[k] for k in _MAKE_VEC_ARGUMENTS if k in spec.kwargs}
@@ -343,13 +349,13 @@ def make(
         )
     manager_kwargs = _check_vector_kwargs(vector_kwargs)
     wrapper_tuple = _check_wrappers(wrappers)
-    _check_env_kwargs(spec, env_kwargs)
+    check_env_kwargs(spec, env_kwargs)
     mode = _vectorization_mode(vectorization_mode, spec, wrapper_tuple)
     if mode == "async":
-        factory = _SpecEnvFactory(spec, dict(env_kwargs), wrapper_tuple)
+        factory = SpecEnvFactory(spec, dict(env_kwargs), wrapper_tuple)
         envs = SubprocessEnvManager(factory, n_workers, num_envs=num_envs, **manager_kwargs)
     else:
-        vector_fn = _SpecVectorEnvFactory(spec, mode, dict(env_kwargs), wrapper_tuple)
+        vector_fn = SpecVectorEnvFactory(spec, mode, dict(env_kwargs), wrapper_tuple)
         envs = SubprocessEnvManager(
             None, n_workers, num_envs=num_envs, vector_fn=vector_fn, **manager_kwargs
         )

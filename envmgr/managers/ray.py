@@ -191,7 +191,9 @@ class RayEnvManager(BatchedVectorEnv):
             ``check_actions``, ``max_restarts`` (a lost actor is a dead actor
             process, a lost node, or one that overran ``step_timeout``),
             ``restart_window``, ``start_timeout`` (placing an actor waits for
-            resources; an impossible one ends here), ``timer_interval``, and for
+            resources; an impossible one ends here), ``timer_interval``,
+            ``max_worker_steps`` and ``max_worker_memory`` (recycling: each actor
+            reports its own resident memory, wherever it runs), and for
             ``Sequence``/``Graph`` observations ``ragged`` and ``capacity`` (each actor
             ships its rows as padded arrays plus lengths in its answer).
     """
@@ -337,8 +339,9 @@ class RayEnvManager(BatchedVectorEnv):
 
     @property
     def restarts(self) -> list[int]:
-        """How many times each actor was replaced."""
-        return [a.restarts for a in self.actor_info]
+        """How many times each actor was replaced after a failure (recycles count in
+        ``.recycles``)."""
+        return list(self._budget.restarts)
 
     def _shutdown(self, graceful: bool) -> None:
         try:

@@ -26,19 +26,19 @@ from collections.abc import Mapping
 from typing import Any
 
 from envmgr.timers.reading import (
-    _PROCESS_ROOT_RE,
-    _UNTIMED,
+    PROCESS_ROOT_RE,
+    UNTIMED,
     TimerFileError,
     TimerTreeError,
-    _children,
-    _count,
-    _fmt_seconds,
-    _self_time,
-    _short_seconds,
-    _summing_children,
-    _total,
     check_tree,
+    child_nodes,
+    format_seconds,
     load_tree,
+    node_count,
+    self_seconds,
+    short_seconds,
+    summing_children,
+    total_seconds,
 )
 from envmgr.timers.worker_view import STRAGGLER_EXCESS, worker_summary
 
@@ -114,22 +114,22 @@ def format_tree(
         if node is None:  # a summary of children folded by min_share
             rows.append((indent + name, "", "", "", "", ""))
             continue
-        total, count = _total(node), _count(node)
+        total, count = total_seconds(node), node_count(node)
         parallel = bool(node.get("is_parallel"))
         any_parallel |= parallel
         # A worker's tree merged here: its total is on the worker's clock, so it has no share
         # of the parent, and everything below is a share of it (the worker's wall time).
-        process_root = parallel and (not parent_parallel or bool(_PROCESS_ROOT_RE.fullmatch(name)))
+        process_root = parallel and (not parent_parallel or bool(PROCESS_ROOT_RE.fullmatch(name)))
         if process_root:
             of_total = None
-        kids = sorted(_children(node).items(), key=lambda kv: -_total(kv[1]))
+        kids = sorted(child_nodes(node).items(), key=lambda kv: -total_seconds(kv[1]))
         if not show_empty:
-            shown = [(k, v) for k, v in kids if _count(v) or _total(v)]
+            shown = [(k, v) for k, v in kids if node_count(v) or total_seconds(v)]
             hidden_empty += _count_nodes(kids) - _count_nodes(shown)
             kids = shown
         label = indent + ("|| " if parallel else "") + name
         if depth == 1 and name == "workers":
-            label += f" {_UNTIMED}"
+            label += f" {UNTIMED}"
         if kids and max_depth is not None and depth >= max_depth:
             label += f" [+{len(kids)}]"
             any_cut = True
@@ -138,26 +138,26 @@ def format_tree(
         rows.append(
             (
                 label,
-                _fmt_seconds(total),
+                format_seconds(total),
                 str(count),
-                _fmt_seconds(_self_time(node)),
+                format_seconds(self_seconds(node)),
                 share,
-                _fmt_seconds(total / count) if count else "",
+                format_seconds(total / count) if count else "",
             )
         )
         folded: list[tuple[str, Any]] = []
         if min_share and total > 0:
             cutoff = min_share * total
-            folded = [(k, v) for k, v in kids if _total(v) < cutoff]
-            kids = [(k, v) for k, v in kids if _total(v) >= cutoff]
+            folded = [(k, v) for k, v in kids if total_seconds(v) < cutoff]
+            kids = [(k, v) for k, v in kids if total_seconds(v) >= cutoff]
         # Children of a parallel node share the worker's clock; others take the parent's total.
         of_kids = (total if process_root else of_total) if parallel else total
         todo: list[tuple[str, Any, int, float | None, bool]] = [
             (k, v, depth + 1, of_kids, parallel) for k, v in kids
         ]
         if folded:
-            small = sum(_total(v) for _, v in folded)
-            what = f"({len(folded)} below {100 * (min_share or 0):g}%: {_short_seconds(small)})"
+            small = sum(total_seconds(v) for _, v in folded)
+            what = f"({len(folded)} below {100 * (min_share or 0):g}%: {short_seconds(small)})"
             todo.append((what, None, depth + 1, None, parallel))
         stack.extend(reversed(todo))
 
@@ -210,7 +210,7 @@ def _count_nodes(items: list[tuple[str, Any]]) -> int:
     while pending:
         node = pending.pop()
         n += 1
-        pending.extend(_children(node).values())
+        pending.extend(child_nodes(node).values())
     return n
 
 
@@ -291,9 +291,9 @@ def folded_stacks(
     stack: list[tuple[str, Any]] = [(root, tree)]
     while stack:
         path, node = stack.pop()
-        micros = round(_self_time(node) * 1e6)
+        micros = round(self_seconds(node) * 1e6)
         if micros > 0:
             lines.append(f"{path} {micros}")
-        kids = list(_children(node).items()) if keep_worker_root else _summing_children(node)
+        kids = list(child_nodes(node).items()) if keep_worker_root else summing_children(node)
         stack.extend((f"{path};{_frame(k)}", v) for k, v in reversed(kids))
     return "".join(line + "\n" for line in lines)

@@ -12,13 +12,13 @@ from dataclasses import dataclass
 from os import PathLike
 from typing import Any
 
-from envmgr.timers.format import (
-    _children,
-    _count,
-    _short_seconds,
-    _summing_children,
-    _total,
+from envmgr.timers.reading import (
     check_tree,
+    child_nodes,
+    node_count,
+    short_seconds,
+    summing_children,
+    total_seconds,
 )
 
 __all__ = ["plot_icicle"]
@@ -47,14 +47,14 @@ def _layout(
 ) -> list[_Box]:
     """Places every node: a child starts where its elder sibling ends; when children add up
     to more than their parent (parallel workers), all of them are shrunk to fit."""
-    root_total = _total(tree)
+    root_total = total_seconds(tree)
     boxes: list[_Box] = []
     stack: list[tuple[str, Any, int, float, float, float]] = [
         (str(tree.get("name", "root")), tree, 0, 0.0, 1.0, 1.0)
     ]
     while stack:
         name, node, depth, x, scale, parent_scale = stack.pop()
-        total = _total(node)
+        total = total_seconds(node)
         width = total * scale
         if width <= 0 or width < min_width * root_total:
             continue
@@ -65,7 +65,7 @@ def _layout(
                 x,
                 width,
                 total,
-                _count(node),
+                node_count(node),
                 bool(node.get("is_parallel")),
                 scale,
                 scale < 0.999 * parent_scale,
@@ -73,14 +73,16 @@ def _layout(
         )
         if max_depth is not None and depth >= max_depth:
             continue
-        kids = list(_children(node).items()) if keep_worker_root else _summing_children(node)
-        kids = sorted(((k, v) for k, v in kids if _total(v) > 0), key=lambda kv: -_total(kv[1]))
-        kids_total = sum(_total(v) for _, v in kids)
+        kids = list(child_nodes(node).items()) if keep_worker_root else summing_children(node)
+        kids = sorted(
+            ((k, v) for k, v in kids if total_seconds(v) > 0), key=lambda kv: -total_seconds(kv[1])
+        )
+        kids_total = sum(total_seconds(v) for _, v in kids)
         child_scale = scale * min(1.0, total / kids_total) if kids_total > 0 else scale
         cx = x
         for k, v in kids:
             stack.append((k, v, depth + 1, cx, child_scale, scale))
-            cx += _total(v) * child_scale
+            cx += total_seconds(v) * child_scale
     return boxes
 
 
@@ -136,7 +138,7 @@ def plot_icicle(
     except ImportError as exc:
         raise ImportError(f"plot_icicle needs matplotlib: {PLOT_EXTRA_HINT}") from exc
 
-    root_total = _total(tree)
+    root_total = total_seconds(tree)
     if root_total <= 0:
         raise ValueError("nothing to plot: the root's total time is 0")
     boxes = _layout(tree, max_depth, min_width, keep_worker_root)
@@ -156,7 +158,7 @@ def plot_icicle(
         ax.spines[side].set_visible(False)
     ax.tick_params(axis="x", labelsize=8)
     ax.set_xlabel(
-        f"seconds of the root's wall time ({_short_seconds(root_total)} in all)", fontsize=9
+        f"seconds of the root's wall time ({short_seconds(root_total)} in all)", fontsize=9
     )
 
     warm, cool = colormaps["YlOrRd"], colormaps["Blues"]
@@ -173,7 +175,7 @@ def plot_icicle(
             )
         )
         mark = "|| " if b.parallel else ""
-        total = _short_seconds(b.total)
+        total = short_seconds(b.total)
         any_scaled |= b.shrunk
         note = f" (drawn x{b.scale:.2g})" if b.shrunk else ""
         calls = f", {b.count} calls" if b.count > 1 else ""
@@ -202,7 +204,7 @@ def plot_icicle(
             )
 
     fig.suptitle(
-        title or f"{tree.get('name', 'root')}: {_short_seconds(root_total)} wall time",
+        title or f"{tree.get('name', 'root')}: {short_seconds(root_total)} wall time",
         fontsize=11,
         y=1.0 - 0.18 / height,
         va="top",

@@ -16,12 +16,27 @@ from collections.abc import Mapping
 from os import PathLike
 from typing import Any, TypeGuard
 
-__all__ = ["TimerTreeError", "TimerFileError", "check_tree", "load_tree"]
+__all__ = [
+    "TimerTreeError",
+    "TimerFileError",
+    "check_tree",
+    "load_tree",
+    "PROCESS_ROOT_RE",
+    "UNTIMED",
+    "WORKER_RE",
+    "child_nodes",
+    "node_count",
+    "format_seconds",
+    "self_seconds",
+    "short_seconds",
+    "summing_children",
+    "total_seconds",
+]
 
-_WORKER_RE = re.compile(r"worker_(\d+)")
+WORKER_RE = re.compile(r"worker_(\d+)")
 # Where a worker's (or Ray actor's) own tree is merged in: below such a node the times are that
 # process's clock, not the parent's.
-_PROCESS_ROOT_RE = re.compile(r"worker_root|worker_\d+|actor_\d+(@.*)?")
+PROCESS_ROOT_RE = re.compile(r"worker_root|worker_\d+|actor_\d+(@.*)?")
 
 
 class TimerTreeError(ValueError):
@@ -35,7 +50,7 @@ class TimerFileError(TimerTreeError):
 #: How a ``workers`` node right under the root is shown: the manager merges worker trees under
 #: the caller's current timer, and a call made outside any timer (a reset before the loop) has
 #: only the root to go under.
-_UNTIMED = "(calls made outside any timer)"
+UNTIMED = "(calls made outside any timer)"
 
 
 # ------------------------------------------------------------------ reading and checking
@@ -128,36 +143,36 @@ def load_tree(path: str | PathLike[str]) -> dict[str, Any]:
 # ------------------------------------------------------------------ node helpers
 
 
-def _total(node: Mapping[str, Any]) -> float:
+def total_seconds(node: Mapping[str, Any]) -> float:
     return float(node.get("total", 0.0))
 
 
-def _count(node: Mapping[str, Any]) -> int:
+def node_count(node: Mapping[str, Any]) -> int:
     return int(node.get("count", 0) or 0)
 
 
-def _children(node: Mapping[str, Any]) -> dict[str, Any]:
+def child_nodes(node: Mapping[str, Any]) -> dict[str, Any]:
     return node.get("children") or {}
 
 
-def _self_time(node: Mapping[str, Any]) -> float:
+def self_seconds(node: Mapping[str, Any]) -> float:
     """``self`` as stored, else total minus the children's totals (clamped at 0)."""
     value = node.get("self")
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return max(0.0, float(value))
-    return max(0.0, _total(node) - sum(_total(c) for c in _children(node).values()))
+    return max(0.0, total_seconds(node) - sum(total_seconds(c) for c in child_nodes(node).values()))
 
 
-def _summing_children(node: Mapping[str, Any]) -> list[tuple[str, Any]]:
+def summing_children(node: Mapping[str, Any]) -> list[tuple[str, Any]]:
     """Children to use where times are added up: ``worker_root`` is dropped when
     ``worker_<i>`` siblings exist, because it is exactly their sum."""
-    kids = _children(node)
-    if "worker_root" in kids and any(_WORKER_RE.fullmatch(k) for k in kids):
+    kids = child_nodes(node)
+    if "worker_root" in kids and any(WORKER_RE.fullmatch(k) for k in kids):
         return [(k, v) for k, v in kids.items() if k != "worker_root"]
     return list(kids.items())
 
 
-def _fmt_seconds(s: float) -> str:
+def format_seconds(s: float) -> str:
     """Seconds in a unit that keeps 4 significant digits, right-aligned in 11 chars."""
     if s >= 1.0:
         return f"{s:8.3f} s "
@@ -166,7 +181,7 @@ def _fmt_seconds(s: float) -> str:
     return f"{s * 1e6:8.3f} µs"
 
 
-def _short_seconds(s: float) -> str:
+def short_seconds(s: float) -> str:
     """Compact seconds (``1.23 s``, ``45.6 ms``, ``789 µs``) for prose and plots."""
     if s >= 100.0:
         return f"{s:.0f} s"

@@ -9,17 +9,21 @@ from collections.abc import Mapping
 from typing import Any
 
 from envmgr.timers.reading import (
-    _UNTIMED,
-    _WORKER_RE,
-    _children,
-    _count,
-    _fmt_seconds,
-    _short_seconds,
-    _total,
+    UNTIMED,
+    WORKER_RE,
     check_tree,
+    child_nodes,
+    format_seconds,
+    node_count,
+    short_seconds,
+    total_seconds,
 )
 
-__all__ = ["STRAGGLER_EXCESS", "worker_summary"]
+__all__ = [
+    "STRAGGLER_EXCESS",
+    "worker_summary",
+    "WorkerStats",
+]
 
 #: A worker is named a straggler when its env time is at least this much above the median
 #: worker's. Workers stepping identical envs differ from scheduling noise alone, more on a
@@ -31,7 +35,7 @@ STRAGGLER_EXCESS = 0.20
 # ------------------------------------------------------------------ per-worker summary
 
 
-class _WorkerStats:
+class WorkerStats:
     __slots__ = ("total", "env", "wait", "transfer", "env_calls", "env_steps", "env_resets")
 
     def __init__(self) -> None:
@@ -39,32 +43,32 @@ class _WorkerStats:
         self.env_calls = self.env_steps = self.env_resets = 0
 
     def add(self, node: Mapping[str, Any]) -> None:
-        self.total += _total(node)
-        for name, child in _children(node).items():
+        self.total += total_seconds(node)
+        for name, child in child_nodes(node).items():
             if name == "wait_command":
-                self.wait += _total(child)
+                self.wait += total_seconds(child)
             elif name == "send_response":
-                self.transfer += _total(child)
+                self.transfer += total_seconds(child)
             elif name.startswith("env."):
                 self._add_env(name, child)
             else:
                 # A command ("step", "reset", ...): env calls inside it are env time, the
                 # rest (reading actions, writing observations to shared memory) is transfer.
                 inner = 0.0
-                for sub_name, sub in _children(child).items():
+                for sub_name, sub in child_nodes(child).items():
                     if sub_name.startswith("env."):
-                        inner += _total(sub)
+                        inner += total_seconds(sub)
                         self._add_env(sub_name, sub)
                 if name in ("step", "reset"):
-                    self.transfer += max(0.0, _total(child) - inner)
+                    self.transfer += max(0.0, total_seconds(child) - inner)
 
     def _add_env(self, name: str, node: Mapping[str, Any]) -> None:
-        self.env += _total(node)
-        self.env_calls += _count(node)
+        self.env += total_seconds(node)
+        self.env_calls += node_count(node)
         if name == "env.step":
-            self.env_steps += _count(node)
+            self.env_steps += node_count(node)
         elif name == "env.reset":
-            self.env_resets += _count(node)
+            self.env_resets += node_count(node)
 
     @property
     def other(self) -> float:
@@ -73,24 +77,26 @@ class _WorkerStats:
 
 def _find_workers(
     tree: Mapping[str, Any],
-) -> tuple[dict[int, _WorkerStats], list[tuple[str, float, int]]]:
+) -> tuple[dict[int, WorkerStats], list[tuple[str, float, int]]]:
     """Per-worker stats summed over every place worker trees were merged, and those places
     as (path, parent's total, parent's count)."""
-    workers: dict[int, _WorkerStats] = {}
+    workers: dict[int, WorkerStats] = {}
     places: list[tuple[str, float, int]] = []
     stack: list[tuple[str, Mapping[str, Any]]] = [("", tree)]
     while stack:
         path, node = stack.pop()
         found = False
-        for name, child in _children(node).items():
-            m = _WORKER_RE.fullmatch(name)
+        for name, child in child_nodes(node).items():
+            m = WORKER_RE.fullmatch(name)
             if m:
                 found = True
-                workers.setdefault(int(m.group(1)), _WorkerStats()).add(child)
+                workers.setdefault(int(m.group(1)), WorkerStats()).add(child)
             elif name != "worker_root":
                 stack.append((f"{path}/{name}" if path else name, child))
         if found:
-            places.append((path or str(tree.get("name", "root")), _total(node), _count(node)))
+            places.append(
+                (path or str(tree.get("name", "root")), total_seconds(node), node_count(node))
+            )
     places.reverse()  # the stack visits later siblings first
     return workers, places
 
@@ -129,8 +135,8 @@ def worker_summary(tree: Any) -> str:
     for path, total, count in places:
         if count:
             lines.append(
-                f"  parent waited in {_place(path)}: {_short_seconds(total)} over {count} call(s) "
-                f"({_short_seconds(total / count)} per call)"
+                f"  parent waited in {_place(path)}: {short_seconds(total)} over {count} call(s) "
+                f"({short_seconds(total / count)} per call)"
             )
 
     def pct(part: float, whole: float) -> str:
@@ -142,11 +148,11 @@ def worker_summary(tree: Any) -> str:
     )
     lines.append(header)
     lines.append("-" * len(header))
-    everyone = _WorkerStats()
+    everyone = WorkerStats()
     for index in sorted(workers):
         s = workers[index]
         lines.append(_worker_row(f"worker_{index}", s, pct))
-        for slot in _WorkerStats.__slots__:
+        for slot in WorkerStats.__slots__:
             setattr(everyone, slot, getattr(everyone, slot) + getattr(s, slot))
     if len(workers) > 1:
         lines.append(_worker_row("all", everyone, pct))
@@ -176,22 +182,22 @@ def worker_summary(tree: Any) -> str:
     return "\n".join(lines)
 
 
-def _worker_row(label: str, s: _WorkerStats, pct: Any) -> str:
-    per_call = _fmt_seconds(s.env / s.env_calls) if s.env_calls else ""
+def _worker_row(label: str, s: WorkerStats, pct: Any) -> str:
+    per_call = format_seconds(s.env / s.env_calls) if s.env_calls else ""
     return (
-        f"{label:<10} {_fmt_seconds(s.total):>11} {_fmt_seconds(s.env):>11} "
-        f"{pct(s.env, s.total):>6} {_fmt_seconds(s.wait):>11} {pct(s.wait, s.total):>6} "
-        f"{_fmt_seconds(s.transfer):>11} {pct(s.transfer, s.total):>6} "
-        f"{_fmt_seconds(s.other):>11} {s.env_calls:>10} {per_call:>11}"
+        f"{label:<10} {format_seconds(s.total):>11} {format_seconds(s.env):>11} "
+        f"{pct(s.env, s.total):>6} {format_seconds(s.wait):>11} {pct(s.wait, s.total):>6} "
+        f"{format_seconds(s.transfer):>11} {pct(s.transfer, s.total):>6} "
+        f"{format_seconds(s.other):>11} {s.env_calls:>10} {per_call:>11}"
     )
 
 
 def _place(path: str) -> str:
     """A merge point's path as shown: a ``workers`` node under the root says what it holds."""
-    return f"workers {_UNTIMED}" if path == "workers" else path
+    return f"workers {UNTIMED}" if path == "workers" else path
 
 
-def _straggler_line(workers: dict[int, _WorkerStats]) -> str:
+def _straggler_line(workers: dict[int, WorkerStats]) -> str:
     """The worker with the most env time, named a straggler only past ``STRAGGLER_EXCESS``."""
     if len(workers) < 2:
         return "straggler: n/a (only one worker)"
@@ -206,15 +212,15 @@ def _straggler_line(workers: dict[int, _WorkerStats]) -> str:
     if excess < 100.0 * STRAGGLER_EXCESS:
         return (
             f"straggler: none (worker_{slowest} has the most env time, {excess:.1f}% above the "
-            f"median {_short_seconds(median)}: under the {rule} that identical workers can "
+            f"median {short_seconds(median)}: under the {rule} that identical workers can "
             "differ by from noise alone)"
         )
     s = workers[slowest]
     calls = (
-        f" ({s.env_calls} calls, {_short_seconds(s.env / s.env_calls)} each)" if s.env_calls else ""
+        f" ({s.env_calls} calls, {short_seconds(s.env / s.env_calls)} each)" if s.env_calls else ""
     )
     return (
-        f"straggler: worker_{slowest} spent {_short_seconds(env[slowest])} in env calls{calls}, "
-        f"{excess:.1f}% above the median {_short_seconds(median)} (named from {rule}); "
-        f"fastest: worker_{fastest}, {_short_seconds(env[fastest])}"
+        f"straggler: worker_{slowest} spent {short_seconds(env[slowest])} in env calls{calls}, "
+        f"{excess:.1f}% above the median {short_seconds(median)} (named from {rule}); "
+        f"fastest: worker_{fastest}, {short_seconds(env[fastest])}"
     )

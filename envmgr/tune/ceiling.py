@@ -30,7 +30,7 @@ from typing import Any
 
 import cloudpickle
 
-from envmgr.backends.local.pool import _main_module_hidden, ctrl_c_held
+from envmgr.backends.local.pool import ctrl_c_held, main_module_hidden
 from envmgr.errors import EnvMgrError, RemoteTraceback
 
 __all__ = ["BlockProcesses", "Ceiling", "TuneError", "run_for"]
@@ -192,7 +192,7 @@ class BlockProcesses:
                     daemon=True,
                 )
                 with ctrl_c_held():  # as for the workers: recorded before Ctrl-C lands
-                    with _main_module_hidden():  # and no guard needed in scripts
+                    with main_module_hidden():  # and no guard needed in scripts
                         proc.start()
                     self.conns.append(mine)
                     self.procs.append(proc)

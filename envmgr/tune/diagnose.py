@@ -20,8 +20,8 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from envmgr.timers.reading import _children, _count, _short_seconds, _total
-from envmgr.timers.worker_view import _WorkerStats
+from envmgr.timers.reading import child_nodes, node_count, short_seconds, total_seconds
+from envmgr.timers.worker_view import WorkerStats
 from envmgr.tune.layouts import Layout
 
 __all__ = ["Reading", "explain", "findings", "read_layout"]
@@ -98,18 +98,18 @@ class Reading:
 
 def read_layout(node: Mapping[str, Any], batches: int, seconds: float) -> Reading:
     """Reads one layout's timer node (the loop's wall ``seconds`` over ``batches``)."""
-    workers = _children(node).get("workers") or {}
-    wait = _total(workers) if workers else 0.0
+    workers = child_nodes(node).get("workers") or {}
+    wait = total_seconds(workers) if workers else 0.0
     groups = []
-    for name, child in sorted(_children(workers).items(), key=lambda kv: _group_key(kv[0])):
+    for name, child in sorted(child_nodes(workers).items(), key=lambda kv: _group_key(kv[0])):
         if not _GROUP_RE.fullmatch(name):
             continue  # worker_root: the sum of the others
-        stats = _WorkerStats()
+        stats = WorkerStats()
         stats.add(child)
-        kids = _children(child)
-        busy = sum(_total(c) for k, c in kids.items() if k != "wait_command")
-        send = _total(kids["send_response"]) if "send_response" in kids else 0.0
-        groups.append(Group(name, _count(child), stats.env, busy, send))
+        kids = child_nodes(child)
+        busy = sum(total_seconds(c) for k, c in kids.items() if k != "wait_command")
+        send = total_seconds(kids["send_response"]) if "send_response" in kids else 0.0
+        groups.append(Group(name, node_count(child), stats.env, busy, send))
     per = 1.0 / batches if batches else 0.0
     return Reading(batches, wait * per, max(0.0, seconds - wait) * per, tuple(groups))
 
@@ -139,24 +139,24 @@ def findings(
         send, busy = w.per_call(w.send), w.per_call(w.busy)
         if send >= _SEND_FLOOR and busy and send >= _SEND_SHARE * busy:
             out.append(
-                f"infos pickled every step: {w.name}'s send_response took {_short_seconds(send)} "
-                f"per batch, {100 * send / busy:.0f}% of its busy time ({_short_seconds(busy)}; "
-                f"env calls {_short_seconds(w.per_call(w.env))}): infos "
+                f"infos pickled every step: {w.name}'s send_response took {short_seconds(send)} "
+                f"per batch, {100 * send / busy:.0f}% of its busy time ({short_seconds(busy)}; "
+                f"env calls {short_seconds(w.per_call(w.env))}): infos "
                 f"{', '.join(pickled_keys[:4])}{', ...' if len(pickled_keys) > 4 else ''}"
             )
     if lock_step and workers and not layout.caller_envs and layout.n_workers + 1 > cores:
         busiest = max(g.per_call(g.busy) for g in workers)
         if reading.wait >= _WAIT_FACTOR * busiest and reading.wait - busiest >= _WAIT_FLOOR:
             out.append(
-                f"the parent waits for a core: it waited {_short_seconds(reading.wait)} per "
-                f"batch for workers busy {_short_seconds(busiest)} at most; "
+                f"the parent waits for a core: it waited {short_seconds(reading.wait)} per "
+                f"batch for workers busy {short_seconds(busiest)} at most; "
                 f"{layout.n_workers + 1} processes share {cores} cores"
             )
     if lock_step and workers and reading.idle_share >= _IDLE_SHARE:
         out.append(
             f"workers idle: even the busiest worker waited {100 * reading.idle_share:.0f}% of "
-            f"each batch ({_short_seconds(reading.wait + reading.own)}) for its next command; "
-            f"the parent's own work ({_short_seconds(reading.own)} per batch) and the hand-offs "
+            f"each batch ({short_seconds(reading.wait + reading.own)}) for its next command; "
+            f"the parent's own work ({short_seconds(reading.own)} per batch) and the hand-offs "
             "sit between their steps"
         )
     caller = reading.group("worker_caller")
@@ -168,8 +168,8 @@ def findings(
         own = reading.own + caller.per_call(caller.busy - caller.env)
         if own >= _OWN_SHARE * env:
             out.append(
-                f"the caller's own work: {_short_seconds(own)} per batch beside its "
-                f"{layout.caller_envs} envs' {_short_seconds(env)} ({100 * own / env:.0f}%; "
+                f"the caller's own work: {short_seconds(own)} per batch beside its "
+                f"{layout.caller_envs} envs' {short_seconds(env)} ({100 * own / env:.0f}%; "
                 "its loop outside the wait, its block's work around the env calls): every "
                 f"batch adds it to the env calls, so this layout runs at about "
                 f"{env / (env + own):.2f} of lock-step's rate here; more envs per side lower "
@@ -182,9 +182,9 @@ def findings(
         slow = max(envs, key=lambda k: envs[k])
         if median > 0 and envs[slow] >= _IMBALANCE * median:
             out.append(
-                f"worker imbalance: {slow} spent {_short_seconds(envs[slow])} per batch in env "
+                f"worker imbalance: {slow} spent {short_seconds(envs[slow])} per batch in env "
                 f"calls, {100 * (envs[slow] / median - 1):.0f}% above the median "
-                f"{_short_seconds(median)}"
+                f"{short_seconds(median)}"
             )
     return out
 
@@ -210,8 +210,8 @@ def explain(
         share = (num_envs - best.caller_envs) // max(1, best.n_workers)
         out += [
             f"each worker steps its {share} envs in one batched call: "
-            f"{_short_seconds(_env_per_batch(b))} of env time per batch, against "
-            f"{_short_seconds(_env_per_batch(d))} for single envs in the default layout",
+            f"{short_seconds(_env_per_batch(b))} of env time per batch, against "
+            f"{short_seconds(_env_per_batch(d))} for single envs in the default layout",
             "hosted envs come from the id's vector entry point, a separate implementation "
             "of the env: check that it is the env you mean to train on",
         ]
@@ -220,9 +220,9 @@ def explain(
         own = caller.per_call(caller.busy)
         out += [
             f"the caller steps {best.caller_envs} envs itself on the core it would spend "
-            f"waiting: in the default layout the parent waited {_short_seconds(d.wait)} per "
-            f"batch; here it spent {_short_seconds(own)} on its own envs and waited "
-            f"{_short_seconds(max(0.0, b.wait - own))} for its worker",
+            f"waiting: in the default layout the parent waited {short_seconds(d.wait)} per "
+            f"batch; here it spent {short_seconds(own)} on its own envs and waited "
+            f"{short_seconds(max(0.0, b.wait - own))} for its worker",
             "caller_envs runs those envs in your process: an env that crashes the interpreter "
             "takes your loop with it, and a hung one cannot be timed out",
         ]
@@ -231,13 +231,13 @@ def explain(
             "each worker is sent its next actions as soon as it finishes, so no worker waits "
             f"for the others: in the default layout the busiest worker waited "
             f"{100 * d.idle_share:.0f}% of each batch for its next command, and the parent "
-            f"{_short_seconds(d.wait)} per batch for the slowest"
+            f"{short_seconds(d.wait)} per batch for the slowest"
         )
     if not out:
         out.append(
             f"{best.n_workers} workers of {num_envs // best.n_workers} envs: the parent waited "
-            f"{_short_seconds(b.wait)} per batch and did {_short_seconds(b.own)} of its own "
-            f"work, against {_short_seconds(d.wait)} and {_short_seconds(d.own)} with "
+            f"{short_seconds(b.wait)} per batch and did {short_seconds(b.own)} of its own "
+            f"work, against {short_seconds(d.wait)} and {short_seconds(d.own)} with "
             f"{default.n_workers} workers"
         )
     return out

@@ -25,10 +25,10 @@ from gymnasium.envs.registration import EnvSpec
 from envmgr import timers
 from envmgr.managers.local import default_start_method
 from envmgr.managers.make import (
-    _check_env_kwargs,
-    _resolve_spec,
-    _SpecEnvFactory,
-    _SpecVectorEnvFactory,
+    SpecEnvFactory,
+    SpecVectorEnvFactory,
+    check_env_kwargs,
+    resolve_spec,
 )
 from envmgr.protocol.layout import Layout as Split
 from envmgr.tune.ceiling import Ceiling, TuneError
@@ -90,9 +90,9 @@ def tune(
         raise ValueError(f"seconds must be a finite number > 0, got {seconds!r}")
     if not isinstance(rounds, int) or rounds < 1:
         raise ValueError(f"rounds must be an int >= 1, got {rounds!r}")
-    spec = _resolve_spec(env_id)
+    spec = resolve_spec(env_id)
     kwargs = dict(env_kwargs or {})
-    _check_env_kwargs(spec, kwargs)  # a manager option among them fails here, not in a process
+    check_env_kwargs(spec, kwargs)  # a manager option among them fails here, not in a process
     cores = usable_cores()
     # The id as given ("ale_py:ALE/Pong-v5" imports what registers it) names it in the
     # call printed to copy, which must work in a fresh script too.
@@ -144,10 +144,10 @@ class _Run:
         ctx = mp.get_context(default_start_method())
         spec, kwargs = self.spec, self.env_kwargs
         self.say(f"starting the ceiling: {len(sizes)} processes, {self.num_envs} x {spec.id}")
-        self.ceilings.append(Ceiling(ctx, _SpecEnvFactory(spec, kwargs, ()), sizes, False))
+        self.ceilings.append(Ceiling(ctx, SpecEnvFactory(spec, kwargs, ()), sizes, False))
         if not vector:
             return False
-        factory = _SpecVectorEnvFactory(spec, "vector_entry_point", kwargs, ())
+        factory = SpecVectorEnvFactory(spec, "vector_entry_point", kwargs, ())
         try:
             self.ceilings.append(Ceiling(ctx, factory, sizes, True))
             why = _differ(self.ceilings[0].spaces(), self.ceilings[1].spaces())

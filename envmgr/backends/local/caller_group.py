@@ -229,6 +229,15 @@ class CallerBackend:
     def abandon(self, g: int, why: str) -> bool:
         return self.inner.abandon(g, why)
 
+    def recyclable(self) -> list[int]:
+        return self._workers  # the caller group runs in this process: nothing to recycle
+
+    def retire(self, g: int, seq: int) -> None:
+        self.inner.retire(g, seq)
+
+    def resident_bytes(self, g: int) -> int | None:
+        return None if g == self.caller else self.inner.resident_bytes(g)
+
     def disown(self) -> None:
         self.inner.disown()
 

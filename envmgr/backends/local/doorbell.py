@@ -70,6 +70,7 @@ __all__ = [
     "fence",
     "ParentDoorbell",
     "ParentSleeper",
+    "fence_lock",
 ]
 
 # Columns of a worker's control row. ``SENT``: the last seq whose pipe answer is
@@ -93,13 +94,13 @@ _ROW = 8  # int64 words per control row (one cache line)
 #: ``Connection.send_bytes(b"")`` on the wire: a zero length, 4 bytes big-endian.
 _EMPTY_MESSAGE = struct.pack("!i", 0)
 
-#: The fence: ``with _fence_lock: pass``, inlined by the per-step callers. Always a
+#: The fence: ``with fence_lock: pass``, inlined by the per-step callers. Always a
 #: ``with``, never ``acquire()`` then ``release()``: an exception raised by a signal
 #: handler between those two calls (Ctrl-C's KeyboardInterrupt) would leave the lock
 #: held, and the next fence (``close()`` runs one) would block for ever. ``with``
 #: releases it on the way out, and no signal is handled between taking the lock and
 #: entering the block (tests/test_interrupts.py).
-_fence_lock = threading.Lock()
+fence_lock = threading.Lock()
 
 
 def _free_fence_in_child() -> None:
@@ -107,8 +108,8 @@ def _free_fence_in_child() -> None:
     # moment of fork; the child would inherit it held, with nobody to release it. It is
     # released, not replaced, because other modules hold it by name; a plain Lock may be
     # released by any thread, and the child has only this one.
-    if _fence_lock.locked():
-        _fence_lock.release()
+    if fence_lock.locked():
+        fence_lock.release()
 
 
 if hasattr(os, "register_at_fork"):
@@ -117,7 +118,7 @@ if hasattr(os, "register_at_fork"):
 
 def fence() -> None:
     """A full memory barrier: a locked read-modify-write orders stores before later loads."""
-    with _fence_lock:
+    with fence_lock:
         pass
 
 
@@ -164,7 +165,7 @@ class ParentDoorbell:
         else:
             for w in workers:
                 words[w * _ROW + CMD] = word
-        with _fence_lock:  # fence(), inlined: once per step
+        with fence_lock:  # fence(), inlined: once per step
             pass
         if kind & KIND_PIPE:
             return  # the pipe message itself wakes a sleeping worker
@@ -175,7 +176,7 @@ class ParentDoorbell:
             # Cleared before looking: a worker that marks itself later sees the new
             # command word itself (it fences before its last look), so none is missed.
             parent[SLEEPERS] = 0
-            with _fence_lock:
+            with fence_lock:
                 pass
         for w in workers:
             if words[w * _ROW + SLEEPING]:
@@ -278,7 +279,7 @@ class ParentDoorbell:
                 return got
         # Acquire side: the batch arrays are read after the word that says they are
         # written (a no-op ordering on x86, needed on weaker memory models).
-        with _fence_lock:
+        with fence_lock:
             pass
         return READY
 
@@ -315,7 +316,7 @@ class ParentSleeper:
     def announce(self) -> None:
         """Store ``WAITING``, so that a finishing worker rings the wake-up pipe."""
         self.parent[WAITING] = self.mode
-        with _fence_lock:  # fence(), inlined: the store is seen before ALL_DONE is read
+        with fence_lock:  # fence(), inlined: the store is seen before ALL_DONE is read
             pass
 
     def withdraw(self) -> None:

@@ -32,7 +32,13 @@ from envmgr.errors import RemoteTraceback, WorkerDiedError, WorkerTimeoutError
 from envmgr.protocol.layout import Layout
 from envmgr.protocol.messages import Close, ErrorResponse, WorkerConfig
 
-__all__ = ["WorkerPool", "LostWorker", "ctrl_c_held", "pickled"]
+__all__ = [
+    "WorkerPool",
+    "LostWorker",
+    "ctrl_c_held",
+    "pickled",
+    "main_module_hidden",
+]
 
 
 class LostWorker(Exception):
@@ -65,7 +71,7 @@ _MAIN_SWAP = threading.Lock()
 
 
 @contextmanager
-def _main_module_hidden() -> Iterator[None]:
+def main_module_hidden() -> Iterator[None]:
     """Keep spawn/forkserver children from re-running the user's ``__main__``.
 
     Workers need nothing from ``__main__``: env factories travel by value with
@@ -187,7 +193,7 @@ class WorkerPool:
             daemon=True,
         )
         with ctrl_c_held():
-            with _main_module_hidden():
+            with main_module_hidden():
                 proc.start()
             if g == len(self.processes):
                 self.processes.append(proc)

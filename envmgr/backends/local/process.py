@@ -38,9 +38,10 @@ from envmgr.backends.local.collect import Collector
 from envmgr.backends.local.doorbell import KIND_PIPE, KIND_STEP, SHIP_TIMERS, ParentDoorbell
 from envmgr.backends.local.pool import LostWorker, WorkerPool, ctrl_c_held, pickled
 from envmgr.backends.local.wait import READY
+from envmgr.backends.memory import resident_bytes
 from envmgr.protocol.info_columns import ROW_BYTES
 from envmgr.protocol.layout import Layout
-from envmgr.protocol.messages import Attach, Command, Ready, Step
+from envmgr.protocol.messages import Attach, Close, Command, Ready, Step
 from envmgr.protocol.shared_memory import SharedBuffers
 from envmgr.protocol.trees import copy_tree, scatter_tree
 
@@ -257,6 +258,18 @@ class ProcessBackend:
             return exc.lost
         self.worker_pids[g] = ready.pid
         return ready  # type: ignore[no-any-return]
+
+    def recyclable(self) -> range:
+        return range(self.n_workers)
+
+    def retire(self, g: int, seq: int) -> None:
+        """Tell worker ``g`` to close its envs and exit, and give it ``close_timeout``."""
+        self.post({g: Close(seq)})
+        self.pool.processes[g].join(self.close_timeout)
+
+    def resident_bytes(self, g: int) -> int | None:
+        """Worker ``g``'s resident set size, read from ``/proc/<pid>/statm``."""
+        return resident_bytes(self.worker_pids[g])
 
     def abandon(self, g: int, why: str) -> bool:
         # Whichever process the replacement left as group g's (the lost one, or its

@@ -24,9 +24,9 @@ from envmgr.backends.local.doorbell import (
     SLEEPING,
     WAIT_ANY,
     WAITING,
-    _fence_lock,
     decode_command,
     fence,
+    fence_lock,
 )
 from envmgr.backends.local.wait import READY, wait_until
 
@@ -173,11 +173,11 @@ class WorkerDoorbell:
         if has_message:
             parent[MESSAGE] = seq  # stored before DONE: seen by whoever sees DONE
         row[DONE] = (seq << 1) | int(has_message)
-        with _fence_lock:  # fence(), inlined: once per step
+        with fence_lock:  # fence(), inlined: once per step
             pass
         if self._all_done(seq):
             parent[ALL_DONE] = seq
-            with _fence_lock:  # ALL_DONE stored before WAITING is read (the parent's Dekker pair)
+            with fence_lock:  # ALL_DONE stored before WAITING is read (the parent's Dekker pair)
                 pass
             wake = parent[WAITING] != NOT_WAITING
         else:

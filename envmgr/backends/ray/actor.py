@@ -17,6 +17,7 @@ from typing import Any
 import cloudpickle
 import numpy as np
 
+from envmgr.backends.memory import resident_bytes
 from envmgr.envside.build import build_group
 from envmgr.envside.group import BuildFailed, EnvGroup
 from envmgr.envside.serve import build_error, command_error, serve, unsendable_answer
@@ -117,6 +118,10 @@ class EnvActor:
         except Exception as exc:  # an unpicklable info or call result, as a worker says it
             phase = type(cmd).__name__.lower()
             return pack(unsendable_answer(group.index, answer, phase, exc), None)
+
+    def resident_bytes(self) -> int | None:
+        """This actor's resident set size in bytes (for ``max_worker_memory``)."""
+        return resident_bytes()
 
     def close(self) -> None:
         if self.group is not None:

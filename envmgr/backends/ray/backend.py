@@ -47,7 +47,7 @@ class ActorInfo:
         node_ip: The node's IP address.
         pid: The actor's process id.
         actor_id: Ray actor id (hex).
-        restarts: How many times it was replaced.
+        restarts: How many times it was replaced (restarts and recycles).
     """
 
     index: int
@@ -99,6 +99,8 @@ class RayBackend:
         self.buffers: SharedBuffers | None = None
         self._calls: dict[int, tuple[int, Any]] = {}  # group -> (seq, ref) of its call
         self._cut: dict[int, str] = {}  # group -> why its restart was abandoned (see abandon)
+        self._rss: dict[int, int] = {}  # group -> its actor's resident bytes, as last told
+        self._rss_calls: dict[int, Any] = {}  # group -> the ref of its pending report
 
     # ================================================================ names
 
@@ -326,6 +328,8 @@ class RayBackend:
         ray = self.ray
         self._calls.pop(g, None)
         self._cut.pop(g, None)
+        self._rss.pop(g, None)
+        self._rss_calls.pop(g, None)
         try:
             ray.kill(self.actors[g], no_restart=True)
         except Exception:
@@ -343,6 +347,40 @@ class RayBackend:
             return self._started(g, ref)
         except WorkerDiedError as exc:
             return Lost(str(exc), exc)
+
+    def recyclable(self) -> range:
+        return range(self.layout.n_groups)
+
+    def retire(self, g: int, seq: int) -> None:
+        """Let actor ``g`` close its envs, for ``close_timeout``; :meth:`replace` kills it."""
+        try:
+            self.ray.wait([self.actors[g].close.remote()], timeout=self.close_timeout)
+        except Exception:
+            pass  # gone already: replace() starts a new one all the same
+
+    def resident_bytes(self, g: int) -> int | None:
+        """What actor ``g`` last reported of its own resident memory; asks for a new report.
+
+        The actor reads ``/proc/self`` itself, so this holds on any node, and the report
+        is collected at the next call without waiting: the actor answers it after the
+        command it is serving.
+        """
+        ray = self.ray
+        ref = self._rss_calls.get(g)
+        if ref is not None:
+            ready, _ = ray.wait([ref], timeout=0)
+            if not ready:
+                return self._rss.get(g)
+            del self._rss_calls[g]
+            try:
+                rss = ray.get(ref, timeout=self.get_timeout)
+            except ray.exceptions.RayError:
+                rss = None  # a lost actor: the next wait reports it
+            if rss is not None:
+                self._rss[g] = rss
+        if g < len(self.actors):
+            self._rss_calls[g] = self.actors[g].resident_bytes.remote()
+        return self._rss.get(g)
 
     def abandon(self, g: int, why: str) -> bool:
         # Whatever the interrupt cut off, the actor recorded as group g's (the lost one,
@@ -367,6 +405,7 @@ class RayBackend:
         ray = self.ray
         actors, self.actors = self.actors, []
         self._calls.clear()
+        self._rss_calls.clear()
         if actors and ray.is_initialized():
             if graceful:
                 try:
