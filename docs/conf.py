@@ -16,8 +16,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the checkout's envmgr, not another installed copy
 
-import envmgr  # noqa: E402
 from sphinx.util.nodes import make_refnode  # noqa: E402
+
+import envmgr  # noqa: E402
 
 project = "envmgr"
 author = "envmgr's authors"
@@ -74,7 +75,9 @@ def _is_internal(target: str) -> bool:
     name = target.rsplit(".", 1)[-1]
     for module_name, module in list(sys.modules.items()):
         parts = module_name.split(".")
-        internal = len(parts) > 1 and (parts[1] in INTERNAL or any(p.startswith("_") for p in parts))
+        internal = len(parts) > 1 and (
+            parts[1] in INTERNAL or any(p.startswith("_") for p in parts)
+        )
         if parts[0] == "envmgr" and internal and name in vars(module):
             return True
     return False
@@ -85,7 +88,8 @@ def _is_type_variable(target: str) -> bool:
     module_name, _, name = target.rpartition(".")
     module = sys.modules.get(module_name)
     obj = getattr(module, name, None) if module is not None else None
-    return obj is not None and not callable(obj) or type(obj).__name__ in ("TypeVar", "_GenericAlias", "UnionType")
+    kinds = ("TypeVar", "_GenericAlias", "UnionType", "_UnionGenericAlias", "TypeAliasType")
+    return type(obj).__name__ in kinds
 
 
 def _defined_in_envmgr(target: str) -> bool:
@@ -117,5 +121,7 @@ def _resolve_loosely(app, env, node, contnode):  # type: ignore[no-untyped-def]
 def setup(app):  # type: ignore[no-untyped-def]
     app.connect("missing-reference", _resolve_loosely)
 
+
 # Gymnasium's own docstrings, inherited by the methods envmgr overrides, name its attributes.
 nitpick_ignore = [("py:attr", "action_space")]
+html_favicon = "_static/favicon.png"

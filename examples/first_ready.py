@@ -41,4 +41,6 @@ if __name__ == "__main__":
             rows += len(env_ids)
         envs.recv()  # what is still in flight, before closing
         seconds = time.perf_counter() - start
-    print(f"{rows} env steps through send/recv in {seconds:.2f} s: {rows / seconds:,.0f} env-steps/s")
+    print(
+        f"{rows} env steps through send/recv in {seconds:.2f} s: {rows / seconds:,.0f} env-steps/s"
+    )

@@ -46,7 +46,8 @@ if __name__ == "__main__":
     rng = np.random.default_rng(0)
     with envmgr.make_parallel(env_fn, args.num_envs, n_workers=2) as envs:
         n_obs, n_actions = envs.single_observation_space.shape[0], envs.single_action_space.n
-        print(f"{envs.num_envs} rows: {args.num_envs} envs x 3 agents, obs {n_obs}, actions {n_actions}")
+        shape = f"{args.num_envs} envs x 3 agents, {n_obs} obs, {n_actions} actions"
+        print(f"{envs.num_envs} rows ({shape})")
         best = np.zeros((n_obs, n_actions))
         best_score = rollout(envs, best, seed=0)
         for i in range(args.iterations):

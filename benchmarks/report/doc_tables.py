@@ -58,7 +58,6 @@ from benchmarks.report.plot import plot, plot_title
 from benchmarks.report.tables import TABLES, load_json
 
 
-
 def documents(root: Path = REPO) -> list[Path]:
     """README.md and every Markdown page of the docs site (docs/**/*.md, not its build)."""
     pages = (p for p in (root / "docs").rglob("*.md") if "_build" not in p.parts)

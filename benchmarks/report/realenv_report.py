@@ -100,7 +100,9 @@ LAYOUT_CHART = ["lockstep", "doorbell", "envmgr", "envmgr-firstready", "envmgr-c
 
 def plot_layouts(report: dict[str, Any], path: Path) -> None:
     """envmgr's layouts and their bounds only: which layout to pick, case by case."""
-    _bars(report, LAYOUT_CHART, path, "envmgr's layouts", "lock-step: two processes, a bare barrier")
+    _bars(
+        report, LAYOUT_CHART, path, "envmgr's layouts", "lock-step: two processes, a bare barrier"
+    )
 
 
 def _bars(report: dict[str, Any], impls: list[str], path: Path, what: str, note: str) -> None:

@@ -14,7 +14,6 @@ scratch directory) renders the same way.
 from __future__ import annotations
 
 import re
-
 from pathlib import Path
 from typing import Any
 

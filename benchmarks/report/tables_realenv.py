@@ -206,8 +206,9 @@ def headline() -> str:
     m = report.get("machine", {})
     cpus = m.get("usable_cpus") or m.get("nproc")
     head = ["env-steps/s", "envmgr (its fastest layout)", *(name for _, name in HEADLINE_PEERS)]
+    python = str(m.get("python", "?")).split()[0]
     return (
-        f"*{cpus}-vCPU VM ({m.get('cpu_model', '?')}), Python {str(m.get('python', '?')).split()[0]}"
+        f"*{cpus}-vCPU VM ({m.get('cpu_model', '?')}), Python {python}"
         f", {str(report.get('started', ''))[:10]}; medians of "
         f"{report.get('args', {}).get('rounds', '?')} interleaved rounds; in brackets, envmgr's "
         f"rate over the peer's. From `{rel(REALENV)}`.*\n\n"
