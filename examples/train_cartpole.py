@@ -17,8 +17,7 @@ from collections import deque
 
 import numpy as np
 
-from envmgr import timers
-from envmgr.managers.make import make
+from envmgr import make, timers
 from envmgr.timers.format import format_tree, worker_summary
 
 try:

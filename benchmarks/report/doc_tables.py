@@ -1,4 +1,4 @@
-"""The performance tables of README.md and docs/*.md, generated from benchmarks/results/.
+"""The performance tables of README.md and docs/**/*.md, generated from benchmarks/results/.
 
 A table sits in a document between a pair of markers::
 
@@ -11,6 +11,7 @@ Run from the repository root::
     python -m benchmarks.report.doc_tables --write    # regenerate every marked table
     python -m benchmarks.report.doc_tables --check    # exit 1 naming each table that differs
     python -m benchmarks.report.doc_tables --replot benchmarks/results/record/throughput.json
+    python -m benchmarks.report.doc_tables --replot benchmarks/results/record/realenv/realenv.json
 
 ``--check`` (and the docs' tests) fails when a committed table differs from what its results
 file gives, names a marker with no table, or a table with no marker. Every ratio is computed
@@ -18,7 +19,7 @@ from the recorded samples or rates::
 
     results file --> tables_*.py (each registers its tables in tables.TABLES on import)
                            |
-    README.md, docs/*.md --> doc_tables.render: every marked block refilled from TABLES
+    README.md, docs/**/*.md --> doc_tables.render: every marked block refilled from TABLES
 
 Adding a table is one function in a ``tables_*`` module imported here and one marker pair::
 
@@ -43,6 +44,7 @@ from benchmarks._common.paths import REPO
 
 # Each tables_* module registers its tables in TABLES when imported.
 from benchmarks.report import (  # noqa: F401
+    realenv_report,
     tables_costs,
     tables_outputs,
     tables_ray,
@@ -55,7 +57,14 @@ from benchmarks.report import (  # noqa: F401
 from benchmarks.report.plot import plot, plot_title
 from benchmarks.report.tables import TABLES, load_json
 
-DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+
+def documents(root: Path = REPO) -> list[Path]:
+    """README.md and every Markdown page of the docs site (docs/**/*.md, not its build)."""
+    pages = (p for p in (root / "docs").rglob("*.md") if "_build" not in p.parts)
+    return [root / "README.md", *sorted(pages)]
+
+
+DOCS = documents()
 # A block may be indented (a table inside a list item): its lines keep the opening marker's indent.
 _BLOCK = re.compile(
     r"^(?P<indent>[ ]*)(?P<open><!-- bench:(?P<name>[\w-]+) -->\n)(?P<body>.*?)"
@@ -119,20 +128,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--replot",
         type=Path,
         metavar="JSON",
-        help="redraw the PNG beside a throughput.py JSON report from its samples",
+        help="redraw the PNG beside a throughput.py JSON report from its samples (beside a "
+        "realenv.json: realenv.png and the layout chart layouts.png)",
     )
     p.add_argument(
         "--docs",
         nargs="+",
         type=Path,
         default=DOCS,
-        help="documents to read (default: README.md and docs/*.md)",
+        help="documents to read (default: README.md and docs/**/*.md)",
     )
     args = p.parse_args(argv)
     if args.replot is not None:
         report = load_json(args.replot)
-        plot(report["configs"], args.replot.with_suffix(".png"), plot_title(report))
-        print(f"wrote {args.replot.with_suffix('.png')}")
+        png = args.replot.with_suffix(".png")
+        if args.replot.name == "realenv.json":
+            realenv_report.plot(report, png)
+            realenv_report.plot_layouts(report, png.with_name("layouts.png"))
+            print(f"wrote {png} and {png.with_name('layouts.png')}")
+            return 0
+        plot(report["configs"], png, plot_title(report))
+        print(f"wrote {png}")
         return 0
     found = problems(args.docs, write=args.write)
     for line in found:

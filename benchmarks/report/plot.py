@@ -116,8 +116,8 @@ def plot_title(report: dict[str, Any]) -> str:
     m, cfg = report["machine"], report["config"]
     return (
         f"env-steps/s, {cfg['workers']} workers; {m['nproc']} CPUs, Python "
-        f"{str(m['python']).split()[0]}, gymnasium {m['gymnasium']}, envmgr {m['envmgr']} "
-        f"@ {m['git_commit']}{'+dirty' if m['git_dirty'] else ''}; "
+        f"{str(m['python']).split()[0]}, gymnasium {m['gymnasium']}, envmgr {m['envmgr']}, "
+        f"{str(report.get('started_at', ''))[:10]}; "
         f"{cfg['repeats']} rounds x {cfg['seconds']:g} s"
     )
 

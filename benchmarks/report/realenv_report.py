@@ -89,13 +89,30 @@ def tables(report: dict[str, Any]) -> str:
 
 def plot(report: dict[str, Any], path: Path) -> None:
     """One bar group per case: each implementation's ratio to the ceiling, min-max whiskers."""
+    configs = report["configs"]
+    impls = [i for i in KNOWN_IMPLS if i != "ceiling" and any(i in c["samples"] for c in configs)]
+    _bars(report, impls, path, "Real envs", "EnvPool: its own C++ ports")
+
+
+#: The layout chart: envmgr's three layouts beside the bound each one's structure sets.
+LAYOUT_CHART = ["lockstep", "doorbell", "envmgr", "envmgr-firstready", "envmgr-caller"]
+
+
+def plot_layouts(report: dict[str, Any], path: Path) -> None:
+    """envmgr's layouts and their bounds only: which layout to pick, case by case."""
+    _bars(
+        report, LAYOUT_CHART, path, "envmgr's layouts", "lock-step: two processes, a bare barrier"
+    )
+
+
+def _bars(report: dict[str, Any], impls: list[str], path: Path, what: str, note: str) -> None:
+    """Bars of ``impls``' ratios to the ceiling per case, titled with the run's date."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     configs = report["configs"]
-    impls = [i for i in KNOWN_IMPLS if i != "ceiling" and any(i in c["samples"] for c in configs)]
     fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(configs) + 3), 4.5))
     width = 0.8 / max(1, len(impls))
     for k, impl in enumerate(impls):
@@ -108,7 +125,8 @@ def plot(report: dict[str, Any], path: Path) -> None:
             meds.append(r["median"])
             lo.append(r["median"] - min(r["per_round"]))
             hi.append(max(r["per_round"]) - r["median"])
-        ax.bar(xs, meds, width, yerr=[lo, hi], capsize=2, label=LABELS[impl], color=f"C{k % 10}")
+        colour = f"C{KNOWN_IMPLS.index(impl) % 10}"
+        ax.bar(xs, meds, width, yerr=[lo, hi], capsize=2, label=LABELS[impl], color=colour)
     ax.axhline(1.0, color="black", linestyle="--", linewidth=1, label="ceiling")
     ax.set_xticks(range(len(configs)))
     ax.set_xticklabels([f"{c['env']}\nn={c['n_envs']}" for c in configs])
@@ -116,8 +134,8 @@ def plot(report: dict[str, Any], path: Path) -> None:
     m = report["machine"]
     a = report["args"]
     ax.set_title(
-        f"Real envs, {m['nproc']} CPUs, {a['rounds']} rounds x {a['seconds']:g} s, "
-        f"envmgr @ {m['git_commit']}\nEnvPool: its own C++ ports",
+        f"{what}, {m['nproc']} CPUs, {a['rounds']} rounds x {a['seconds']:g} s, "
+        f"{str(report.get('started', ''))[:10]}\n{note}",
         fontsize=9,
     )
     ax.legend(fontsize=7, ncol=2, loc="upper left", bbox_to_anchor=(1.0, 1.0))

@@ -7,6 +7,7 @@ finds each ``<!-- bench:NAME -->`` block in the documents and fills it from ``TA
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -48,12 +49,20 @@ def rel(path: Path) -> str:
     return path.relative_to(REPO).as_posix()
 
 
+def public_command(command: str) -> str:
+    """``command`` as a reader reruns it: without the ``--out`` folder of the run that made it.
+
+    A recorded command names the scratch folder its run wrote to, a path on the machine that
+    ran it; the caption names the record instead, and a rerun writes where its reader says.
+    """
+    return re.sub(r" --out \S+", "", command)
+
+
 def caption(path: Path, report: dict[str, Any] | None = None, more: str = "") -> str:
-    """Where a table's numbers come from: the file, and the run's command and commit."""
+    """Where a table's numbers come from: the file, and the run's command and date."""
     text = f"*From `{rel(path)}`"
     if report is not None:
-        m = report.get("machine", {})
-        text += f" (`{report['command']}`, envmgr @ {m.get('git_commit', '?')}"
+        text += f" (`{public_command(report['command'])}`"
         text += f", {str(report.get('started_at', ''))[:10]})"
     return text + (f"; {more}" if more else "") + ".*\n\n"
 

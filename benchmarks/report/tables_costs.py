@@ -89,19 +89,6 @@ def syscall_cost() -> str:
 # ----------------------------------------------------------------- Ray call
 
 
-def ray_call_sentence(path: Path = OUTPUTS / "ray_call.json") -> str:
-    """A bare Ray actor call's round trip against a pipe round trip."""
-    report, p, where = _parsed(path)
-    if p is None:
-        return where
-    k = {name: v["median_us"] for name, v in p["kinds"].items()}
-    return (
-        f"A Ray actor call's round trip, carrying nothing, took {k['ray_bare'] / 1e3:.2f} ms "
-        f"here, against {k['pipe'] / 1e3:.3f} ms for a pipe round trip between two processes "
-        f"({k['ray_bare'] / k['pipe']:.0f}x).\n" + where
-    )
-
-
 def ray_call_table(path: Path = OUTPUTS / "ray_call.json") -> str:
     """Every round trip of the record, and what pickling the payload saves."""
     report, p, where = _parsed(path)
@@ -121,11 +108,6 @@ def ray_call_table(path: Path = OUTPUTS / "ray_call.json") -> str:
         f"{ratio['median']:.2f}x the time of a tuple of arrays (median of the per-round ratios, "
         f"{min(ratio['per_round']):.2f}-{max(ratio['per_round']):.2f}x).\n" + where
     )
-
-
-@table("ray-call-vs-pipe")
-def ray_call_vs_pipe() -> str:
-    return ray_call_sentence()
 
 
 @table("ray-call")

@@ -13,6 +13,7 @@ scratch directory) renders the same way.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -43,16 +44,16 @@ def note(path: Path, report: dict[str, Any], load: bool = True, lead: str = "Fro
         lead: The words before the record's path.
     """
     m = report.get("machine", {})
-    text = f"*{lead} `{_where(path)}`: envmgr @ {m.get('git_commit', '?')}"
-    if report.get("source_changes"):
-        text += " with uncommitted changes"
-    text += f", {str(report.get('started_at', ''))[:10]}"
+    text = f"*{lead} `{_where(path)}`: {str(report.get('started_at', ''))[:10]}"
     if load:
         cpus = m.get("usable_cpus") or m.get("nproc")
         model = f" ({m['cpu_model']})" if m.get("cpu_model") else ""
         loadavg = report.get("load_average_at_start") or [float("nan")]
         text += f", {cpus} CPUs{model}, load average {loadavg[0]:.2f} at the start"
     rerun = report.get("rerun")
+    if rerun:
+        # The venv measured was a scratch folder of the machine that ran it: name it VENV.
+        rerun = re.sub(r"--venv \S+", "--venv VENV", rerun)
     return text + (f"; rerun: `{rerun}`" if rerun else "") + ".*"
 
 
@@ -227,10 +228,10 @@ def install_size_sentence(path: Path = OUTPUTS / "install_size.json") -> str:
         held.append("envmgr's extras " + ", ".join(p["extras_present"]))
     if p.get("packages") is not None:
         held.append(f"{len(p['packages'])} packages")
-    what = f"`{p['venv']}`" + (f" ({'; '.join(held)})" if held else "")
+    what = f" ({'; '.join(held)})" if held else ""
     return (
-        f"That install is large: the virtual environment measured here, {what}, takes "
-        f"{_kib(p['venv_kib'])} (`{run['command']}`), "
+        f"That install is large: the virtual environment measured here{what} takes "
+        f"{_kib(p['venv_kib'])} (`du -sh VENV`), "
         f"{_kib(p['torch_kib'] + p['cuda_kib'])} of it PyTorch (torch and triton, "
         f"{_kib(p['torch_kib'])}) and its CUDA libraries (`nvidia-*`, {_kib(p['cuda_kib'])}), "
         "which Stable-Baselines3 pulls in.\n" + note(path, report, load=False)

@@ -12,7 +12,7 @@ from typing import Any
 
 from benchmarks._common.paths import RECORD
 from benchmarks.report import repeats
-from benchmarks.report.tables import load_json, markdown, rel, table
+from benchmarks.report.tables import load_json, markdown, public_command, rel, table
 from benchmarks.report.text import fmt_rate
 
 REALENV = RECORD / "realenv" / "realenv.json"
@@ -57,10 +57,9 @@ def _caption(report: dict[str, Any], path: Path = REALENV, cells: str = "") -> s
     args = report.get("args", {})
     rounds = args.get("rounds", "?")
     seconds = args.get("seconds", "?")
-    commit = report.get("machine", {}).get("git_commit", "?")
     cells = cells or "each cell is the median ratio to the same round's ceiling"
     return (
-        f"*From `{rel(path)}` (`{report['command']}`, envmgr @ {commit}, "
+        f"*From `{rel(path)}` (`{public_command(report['command'])}`, "
         f"{str(report.get('started', ''))[:10]}); {rounds} interleaved rounds x {seconds} s, "
         f"every measurement in a fresh interpreter; {cells}, (min-max) over the rounds.*\n\n"
     )
@@ -177,10 +176,50 @@ def realenv_peers() -> str:
     )
 
 
-#: Repeat runs of the same benchmark, kept as rows beside the run of record: #21's targets
+#: The README's headline: the cases a newcomer compares first.
+HEADLINE = [("pong", 8), ("halfcheetah", 8)]
+HEADLINE_PEERS = [
+    ("async", "AsyncVectorEnv"),
+    ("subproc", "SB3 SubprocVecEnv"),
+    ("puffer", "PufferLib"),
+    ("envpool", "EnvPool (own C++ port)"),
+]
+
+
+@table("headline")
+def headline() -> str:
+    """env-steps/s of envmgr's fastest layout and of each peer on Pong and HalfCheetah, n=8."""
+    report = load_json(REALENV)
+    configs = {(c["env"], c["n_envs"]): c for c in report["configs"]}
+    rows = []
+    for env, n in HEADLINE:
+        c = configs[(env, n)]
+        med = c["median_steps_per_second"]
+        rate, best = max((med[k], k) for k in LAYOUTS if k in med)
+        cells = [f"{ENV_LABELS[env]}, n={n}", f"{fmt_rate(rate)} (`{SHORT[best]}`)"]
+        for peer, _ in HEADLINE_PEERS:
+            if peer == "puffer":  # PufferLib's better layout of its two
+                peer = max(("puffer-1", "puffer-2"), key=lambda k: med.get(k, 0.0))
+            theirs = med.get(peer)
+            cells.append(f"{fmt_rate(theirs)} ({rate / theirs:.2f}x)" if theirs else "–")
+        rows.append(cells)
+    m = report.get("machine", {})
+    cpus = m.get("usable_cpus") or m.get("nproc")
+    head = ["env-steps/s", "envmgr (its fastest layout)", *(name for _, name in HEADLINE_PEERS)]
+    python = str(m.get("python", "?")).split()[0]
+    return (
+        f"*{cpus}-vCPU VM ({m.get('cpu_model', '?')}), Python {python}"
+        f", {str(report.get('started', ''))[:10]}; medians of "
+        f"{report.get('args', {}).get('rounds', '?')} interleaved rounds; in brackets, envmgr's "
+        f"rate over the peer's. From `{rel(REALENV)}`.*\n\n"
+        + markdown(head, rows, "l" + "r" * (len(head) - 1))
+    )
+
+
+#: Repeat runs of the same benchmark, kept as rows beside the run of record: the targets
 #: are read over all of them, since one run moves a ratio by 0.1-0.2 on this VM.
 REPEATS = repeats.REPEATS
-#: Issue #21's targets: label, env, n, what, threshold. ``what`` is an envmgr layout's ratio to
+#: The performance targets: label, env, n, what, threshold. ``what`` is an envmgr layout's ratio to
 #: the ceiling, ``best`` (the best of envmgr's layouts by that ratio), or ``best/PEER``
 #: (envmgr's fastest layout's median env-steps/s over the peer's, as ``realenv-peers``).
 TARGETS = [
@@ -224,54 +263,67 @@ def realenv_runs() -> list[dict[str, Any]]:
     return sorted(runs, key=lambda run: str(run.get("started", "")))
 
 
+def _digits(value: float, needs: float) -> int:
+    """Two decimals, or as many more as it takes for the rounded value not to flip the
+    verdict (0.698, 0.8997)."""
+    digits = 2
+    while (round(value, digits) >= needs) != (value >= needs) and digits < 6:
+        digits += 1
+    return digits
+
+
+def _target_cell(config: dict[str, Any], what: str, needs: float) -> tuple[str, float] | None:
+    """One target read in one run: its text (value, layout, bound) and its value."""
+    got = target_value(config, what)
+    if got is None:
+        return None
+    value, layout = got
+    text = f"{value:.{_digits(value, needs)}f}" + ("x" if "/" in what else "")
+    notes = [] if what in LAYOUTS else [SHORT[layout]]
+    bound = config["ratios"].get(f"{BOUNDS[layout]}/ceiling") if "/" not in what else None
+    if bound:
+        notes.append(f"{BOUND_NAMES[BOUNDS[layout]]} {bound['median']:.2f}")
+    return (f"{text} ({'; '.join(notes)})" if notes else text), value
+
+
 @table("realenv-targets")
 def realenv_targets() -> str:
-    """#21's targets, as read in each recorded run: how many runs meet each one."""
-    runs = realenv_runs()
-    heads, columns = [], []
-    for report in runs:
-        machine = report.get("machine", {})
-        commit = machine.get("git_commit", "?")
-        # The VM's CPU changes from one sitting to the next (the model's first word is enough
-        # to tell the hosts apart); the same code then reads differently.
-        cpu = str(machine.get("cpu_model") or "?").split()[0].replace("(R)", "")
-        heads.append(f"{str(report.get('started', ''))[:16]} @ {commit}, {cpu}")
-        columns.append({(c["env"], c["n_envs"]): c for c in report["configs"]})
+    """The performance targets: the run of record's reading, and over every recorded run
+    the lowest and highest value and how many runs meet each one."""
+    record = {(c["env"], c["n_envs"]): c for c in load_json(REALENV)["configs"]}
+    runs = [{(c["env"], c["n_envs"]): c for c in r["configs"]} for r in realenv_runs()]
     rows = []
     for label, env, n, what, needs in TARGETS:
-        cells, met, seen = [], 0, 0
-        for configs in columns:
-            config = configs.get((env, n))
-            got = None if config is None else target_value(config, what)
-            if got is None:
-                cells.append("–")
-                continue
-            value, layout = got
-            seen += 1
-            met += value >= needs
-            # Two decimals, or as many more as it takes for the rounded value not to flip
-            # the verdict (0.698, 0.8997).
-            digits = 2
-            while (round(value, digits) >= needs) != (value >= needs) and digits < 6:
-                digits += 1
-            text = f"{value:.{digits}f}" + ("x" if "/" in what else "")
-            notes = [] if what in LAYOUTS else [SHORT[layout]]
-            bound = config["ratios"].get(f"{BOUNDS[layout]}/ceiling") if "/" not in what else None
-            if bound:
-                notes.append(f"{BOUND_NAMES[BOUNDS[layout]]} {bound['median']:.2f}")
-            cells.append(f"{text} ({'; '.join(notes)})" if notes else text)
+        unit = "x" if "/" in what else ""
+        mine = record.get((env, n))
+        cell = None if mine is None else _target_cell(mine, what, needs)
+        values = [
+            got[1]
+            for configs in runs
+            if (env, n) in configs and (got := _target_cell(configs[(env, n)], what, needs))
+        ]
+        spread = "–"
+        if values:
+            lo, hi = min(values), max(values)
+            spread = f"{lo:.{_digits(lo, needs)}f}-{hi:.{_digits(hi, needs)}f}{unit}"
+        met = sum(v >= needs for v in values)
         rows.append(
-            [label, f">= {needs:g}{'x' if '/' in what else ''}", *cells, f"{met} of {seen}"]
+            [
+                label,
+                f">= {needs:g}{unit}",
+                cell[0] if cell else "–",
+                spread,
+                f"{met} of {len(values)}",
+            ]
         )
-    sources = f"`{rel(REALENV)}` and `{rel(REPEATS)}`"
-    head = ["target (issue #21)", "needs", *heads, "met in"]
+    head = ["target", "needs", "run of record", "every recorded run", "met in"]
     return (
-        f"*From {sources}: one column per run (its start, UTC, envmgr's commit and the VM's "
-        "CPU); each cell is the run's median over its rounds, with the layout it came from and,"
-        " for a ratio to the ceiling, the bound that layout's structure sets in the same run: "
-        "the lock-step bound, or for the default `step` the sleeping-parent bound (two workers "
-        "stepping on envmgr's doorbell and a parent asleep, nothing crossing).*\n\n"
-        + markdown(head, rows, "ll" + "r" * (len(head) - 2))
+        f"*From `{rel(REALENV)}` (the run of record) and `{rel(REPEATS)}` (its repeats, "
+        f"{len(runs)} runs in all, hours or days apart): each value is a run's median over "
+        "its rounds, with the layout it came from and, for a ratio to the ceiling, the bound "
+        "that layout's structure sets in the same run: the lock-step bound, or for the default "
+        "`step` the sleeping-parent bound (two workers stepping on envmgr's doorbell and a "
+        "parent asleep, nothing crossing).*\n\n" + markdown(head, rows, "llrrr")
     )
 
 

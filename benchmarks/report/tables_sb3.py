@@ -10,7 +10,7 @@ import statistics
 from typing import Any
 
 from benchmarks._common.paths import RECORD
-from benchmarks.report.tables import load_json, markdown, rel, table
+from benchmarks.report.tables import load_json, markdown, public_command, rel, table
 
 SB3_HALFCHEETAH = RECORD / "sb3_ppo_halfcheetah.json"
 
@@ -76,9 +76,8 @@ def sb3_ppo_halfcheetah() -> str:
         "learn time / DummyVecEnv's",
         "learn time / SubprocVecEnv's",
     ]
-    commit = report.get("machine", {}).get("git_commit", "?")
     caption = (
-        f"*From `{rel(SB3_HALFCHEETAH)}` (`{report['command']}`, envmgr @ {commit}, "
+        f"*From `{rel(SB3_HALFCHEETAH)}` (`{public_command(report['command'])}`, "
         f"{str(report.get('started', ''))[:10]}, torch {report.get('torch', '?')}); "
         f"`PPO('MlpPolicy', env, seed=0).learn({args['steps']:,})` on {args['env']} with "
         f"{args['n_envs']} envs, {args['rounds']} interleaved rounds: median (min-max). "

@@ -132,20 +132,11 @@ def batched() -> str:
     return _throughput_caption(path, report) + markdown(head, rows, "r" * len(head))
 
 
-def _plot_link(to_repo: str) -> str:
-    """The newest run's plot, linked from a document ``to_repo`` away from the repo root."""
-    png = newest("throughput.json").with_suffix(".png")
-    return f"![env-steps/s of every implementation in that run]({to_repo}{rel(png)})"
-
-
-@table("throughput-plot")
-def throughput_plot() -> str:
-    return _plot_link("")
-
-
 @table("throughput-plot-docs")
 def throughput_plot_docs() -> str:
-    return _plot_link("../")
+    """The newest run's plot, linked from docs/performance.md."""
+    png = newest("throughput.json").with_suffix(".png")
+    return f"![env-steps/s of every implementation in that run](../{rel(png)})"
 
 
 YARDSTICK_ROWS = {

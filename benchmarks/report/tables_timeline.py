@@ -34,7 +34,7 @@ def caller_timeline() -> str:
                 f"{bound['ceiling'] / batch:.2f}",
             ]
         )
-        sources.append(f"`{rel(path)}` (envmgr @ {rep['git_commit']}, {rep['date']})")
+        sources.append(f"`{rel(path)}` ({rep['date']})")
     head = [
         "case (fork)",
         "the caller's env steps, µs",

@@ -213,7 +213,7 @@ class AgentVectorEnv(gym.vector.VectorEnv):  # type: ignore[type-arg]
 
     Row ``e * S + s`` is env ``e``'s slot ``s`` (:attr:`rows`). ``infos["active"]``
     says which rows hold an agent; the rest are zeros. Everything else (timers,
-    restarts, ``close``) is the manager's, at :attr:`manager`.
+    restarts, ``close``) is the manager's, at ``manager``.
     """
 
     def __init__(self, manager: Any, layout: AgentLayout) -> None:

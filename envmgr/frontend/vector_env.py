@@ -234,7 +234,7 @@ class BatchedVectorEnv(VectorEnv):  # type: ignore[type-arg]
 
     @property
     def closed(self) -> bool:  # type: ignore[override]  # Gymnasium's is a plain attribute
-        """Whether the manager takes no more calls: closed by the user, or broken."""
+        """Whether the manager takes no more calls (closed by the user, or broken)."""
         session = getattr(self, "_session", None)
         return session is None or session.state.closed
 

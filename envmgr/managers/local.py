@@ -248,8 +248,8 @@ class SubprocessEnvManager(BatchedVectorEnv):
 
     @property
     def restarts(self) -> list[int]:
-        """Restarts so far, per group (a copy): each worker, then with ``caller_envs`` the
-        caller's block, which has no process to replace (always 0), as group indices
+        """The restarts so far per group, as a copy. Each worker, then with ``caller_envs``
+        the caller's block, which has no process to replace (always 0), as group indices
         count in messages and infos."""
         return list(self._budget.restarts)
 

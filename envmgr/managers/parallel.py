@@ -46,7 +46,7 @@ def make_parallel(
     ray: bool = False,
     **manager_options: Any,
 ) -> AgentVectorEnv | AgentGroupsVectorEnv:
-    """Step ``num_envs`` PettingZoo ``ParallelEnv``s in workers, one batch row per agent slot.
+    """Step ``num_envs`` PettingZoo parallel envs in workers, one batch row per agent slot.
 
     Example:
         >>> from mpe2 import simple_spread_v3

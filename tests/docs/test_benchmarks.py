@@ -207,10 +207,13 @@ def test_committed_doc_tables_match_their_results_files(tmp_path: Path) -> None:
 
 
 def copy_docs(tmp_path: Path) -> list[Path]:
-    docs = [BENCH.parent / "README.md", *sorted((BENCH.parent / "docs").glob("*.md"))]
+    """Copies of README.md and the docs' pages, at their paths under ``tmp_path``."""
+    from benchmarks.report.doc_tables import documents
+
     copies = []
-    for doc in docs:
-        copy = tmp_path / doc.name
+    for doc in documents(BENCH.parent):
+        copy = tmp_path / doc.relative_to(BENCH.parent)
+        copy.parent.mkdir(parents=True, exist_ok=True)
         copy.write_text(doc.read_text(encoding="utf-8"), encoding="utf-8")
         copies.append(copy)
     return copies
@@ -218,7 +221,7 @@ def copy_docs(tmp_path: Path) -> list[Path]:
 
 def test_a_table_edited_by_hand_is_found_and_rewritten(tmp_path: Path) -> None:
     copies = copy_docs(tmp_path)
-    readme = copies[0]
+    (readme,) = [c for c in copies if "<!-- bench:single-env -->" in c.read_text("utf-8")]
     original = readme.read_text(encoding="utf-8")
     start = original.index("<!-- bench:single-env -->")
     end = original.index("<!-- /bench:single-env -->")
@@ -276,16 +279,14 @@ repeats.write(t.REPEATS, repeats.rows_of(json.loads(repeat.read_text())))
 t.rel = lambda path: path.relative_to(tmp).as_posix()  # the caption names files in the repo
 text = t.realenv_targets()
 lines = text.splitlines()
-assert "| 2098-01-01 00:00 @ " in lines[2] and " | 2099-01-01 00:00 @ " in lines[2], lines[2]
+assert "2 runs in all" in lines[0], lines[0]
 rows = {line.split(" | ")[0][2:]: line.split(" | ") for line in lines[4:]}
 step = rows["HalfCheetah-v5, n=8: default `step` / ceiling"]
-assert step[2:] == ["0.72 (its bound 0.70)", "0.698 (its bound 0.70)", "1 of 2 |"], step
+assert step[2:] == ["0.72 (its bound 0.70)", "0.698-0.72", "1 of 2 |"], step
 best = rows["HalfCheetah-v5, n=8: best layout / ceiling"]
-assert best[2:] == [
-    "0.75 (caller; lock-step 0.90)", "0.81 (caller; lock-step 0.90)", "1 of 2 |"
-], best
+assert best[2:] == ["0.75 (caller; lock-step 0.90)", "0.75-0.81", "1 of 2 |"], best
 fast = rows["HalfCheetah-v5, n=8: fastest / AsyncVectorEnv"]
-assert fast[2:] == ["1.50x (caller)", "10.00x (caller)", "1 of 2 |"], fast
+assert fast[2:] == ["1.50x (caller)", "1.50-10.00x", "1 of 2 |"], fast
 print("ok")
 """
 
@@ -416,7 +417,8 @@ def test_record_outputs_smoke(tmp_path: Path) -> None:
     assert "`python -m envmgr demo --seconds 0.3` as recorded in" in rendered
     assert "```text\nSubprocessEnvManager(" in rendered and "worker_root" in rendered
     assert "under fork with a kill every 0.05 s" in rendered.lower()
-    assert f"`{venv}`" in rendered and "GiB" in rendered
+    # The measured venv was a scratch folder of the machine that ran it: the docs say VENV.
+    assert venv not in rendered and "`du -sh VENV`" in rendered and "GiB" in rendered
 
 
 RENDER_COSTS = """
@@ -478,10 +480,8 @@ def test_ray_call_recorder_smoke(tmp_path: Path) -> None:
     assert all(k["median_us"] > 0 and len(k["rounds_us"]) == 1 for k in kinds.values())
     assert len(r["parsed"]["packed_over_arrays"]["per_round"]) == 1
     rendered = run_code(
-        RENDER_COSTS, str(out), "ray_call_sentence:ray_call.json",
-        "ray_call_table:ray_call.json", cwd=tmp_path, timeout=60,
+        RENDER_COSTS, str(out), "ray_call_table:ray_call.json", cwd=tmp_path, timeout=60,
     )  # fmt: skip
-    assert "A Ray actor call's round trip, carrying nothing, took " in rendered
     assert "| Ray actor call, nothing carried | " in rendered
     assert "x the time of a tuple of arrays (median of the per-round ratios" in rendered
 
