@@ -85,6 +85,7 @@ class SyntheticAgentsEnv(ParallelEnv):  # type: ignore[type-arg]
     """
 
     metadata: dict[str, Any] = {"name": "synthetic_agents_v0", "render_modes": []}
+    render_mode: str | None = None  # SB3's VecEnv reads it from every env
 
     def __init__(
         self,
