@@ -75,7 +75,8 @@ class AlreadyPendingCallError(UsageError, gym_error.AlreadyPendingCallError):
     @classmethod
     def on(cls, call: str, pending: str) -> AlreadyPendingCallError:
         """``AsyncVectorEnv``'s message to the letter (its ``reset_async`` one has no full
-        stop), then what to do; ``name`` is the pending call, as there."""
+        stop), then what to do; ``name`` is the pending call, as there.
+        """
         stop = "" if call == "reset_async" else "."
         return cls(
             f"Calling `{call}` while waiting for a pending call to `{pending}` to "

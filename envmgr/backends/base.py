@@ -97,7 +97,8 @@ class Backend(Protocol):
     ) -> SharedBuffers:
         """The batch arrays; ``ragged``: the manager's
         :class:`~envmgr.protocol.ragged.RaggedOptions` for a Sequence/Graph space;
-        ``info_row_bytes``: the info columns' bytes per env."""
+        ``info_row_bytes``: the info columns' bytes per env.
+        """
         ...
 
     def post(self, commands: Mapping[int, Command]) -> None: ...
@@ -122,7 +123,8 @@ class Backend(Protocol):
     def ready(self, seqs: Mapping[int, int], need: int) -> list[int] | None:
         """First-ready's usual case, without a deadline: the ``need`` groups of ``seqs``
         (group -> seq) that finished first, when their answers are all in the batch
-        arrays; ``None`` means "use :meth:`wait`" (a backend may always say so)."""
+        arrays; ``None`` means "use :meth:`wait`" (a backend may always say so).
+        """
         ...
 
     def replace(self, g: int, timeout: float | None) -> Ready | LostGroup: ...
@@ -133,19 +135,22 @@ class Backend(Protocol):
 
     def retire(self, g: int, seq: int) -> None:
         """Stop healthy group ``g`` for a planned replacement: its envs closed (``seq``:
-        the command's), within ``close_timeout``; :meth:`replace` ends what is left."""
+        the command's), within ``close_timeout``; :meth:`replace` ends what is left.
+        """
         ...
 
     def resident_bytes(self, g: int) -> int | None:
         """Group ``g``'s resident set size in bytes, as last read (``None``: not known
-        yet). Called at most every few hundred milliseconds; it must not wait."""
+        yet). Called at most every few hundred milliseconds; it must not wait.
+        """
         ...
 
     def abandon(self, g: int, why: str) -> bool:
         """After an interrupt (not an error) cut :meth:`replace` of group ``g`` off: leave
         the group lost, whatever step of the replacement it reached, so that the next
         wait finds it so (saying ``why``) and the front end replaces it again. ``False``
-        if this backend cannot, and the manager is then broken."""
+        if this backend cannot, and the manager is then broken.
+        """
         ...
 
     def where(self, g: int) -> str: ...
@@ -156,7 +161,8 @@ class Backend(Protocol):
 
     def disown(self) -> None:
         """In a child forked from the process that started the groups: forget them without
-        stopping them (they are the parent's), so that nothing at this process's exit does."""
+        stopping them (they are the parent's), so that nothing at this process's exit does.
+        """
         ...
 
 
@@ -205,7 +211,8 @@ _CARRIES = {
 def unsendable(cmd: Any, exc: Exception) -> ValueError:
     """The error for ``cmd``, which did not pickle (``exc``): it names what the caller
     passed. A backend pickles every command of a call before it sends any, so that the
-    groups and the manager are left as they were."""
+    groups and the manager are left as they were.
+    """
     what = _CARRIES.get(type(cmd).__name__, type(cmd).__name__)
     return ValueError(f"{what} cannot be sent to the workers: {exc}")
 

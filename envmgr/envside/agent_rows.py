@@ -628,7 +628,8 @@ class ParallelEnvRows(gym.vector.VectorEnv):  # type: ignore[type-arg]
         self, k: int, g: int, slots: list[int], values: list[Any], agents: Sequence[str]
     ) -> None:
         """Write checked observations into env ``k``'s ``slots`` of group ``g``; ``agents``
-        names them in messages."""
+        names them in messages.
+        """
         leaf = self._obs_leaves[g]
         if isinstance(leaf, np.ndarray):
             leaf[k, slots] = values

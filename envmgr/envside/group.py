@@ -189,7 +189,8 @@ class EnvGroup(ABC):
 
     def attach_ragged(self, store: RaggedStore) -> None:
         """Write observations into ``store`` from now on (a re-laid, larger one), starting
-        with the latest ones, so every row it holds is current."""
+        with the latest ones, so every row it holds is current.
+        """
         self.views["observations"] = self.ragged = store
         self.shared_obs = True
         latest = self.latest_observations()
@@ -217,7 +218,8 @@ class EnvGroup(ABC):
     def ready(self, pid: int) -> Ready:
         """The start-up answer: spaces, metadata, a spec plain ``pickle`` can carry, and
         the start-up's timer tree (its own node in the parent, not charged to the first
-        command); the group's clock then starts afresh."""
+        command); the group's clock then starts afresh.
+        """
         self.timers.calls = 1  # the start-up, one call
         root, gauges = self.timers.take()
         spec = self.env_spec
@@ -311,7 +313,8 @@ def unbatched(infos: dict[str, Any], n: int) -> Infos:
 
 def write_batch(views: dict[str, Any], obs: Any) -> None:
     """Copy a batch of observations into the views (one copy per field), refusing a field
-    whose shape differs or whose dtype would change its values (as SyncVectorEnv would)."""
+    whose shape differs or whose dtype would change its values (as SyncVectorEnv would).
+    """
     out = views["observations"]
     _check_batch(out, obs, "observations")
     copy_tree(out, obs)

@@ -180,7 +180,8 @@ class InfoWriter:
 
     def split_vector(self, infos: dict[str, Any]) -> Infos:
         """:meth:`split` for a hosted VectorEnv's vector info dict: its numeric arrays
-        (with their ``_key`` masks) are the columns, one copy each."""
+        (with their ``_key`` masks) are the columns, one copy each.
+        """
         self._full_block = None  # the masks are the env's own here
         slots, pickled, n = self._slots, self._pickled, self.n
         left: dict[str, Any] = {}
@@ -286,7 +287,8 @@ class _Block:
     @classmethod
     def of(cls, slots: dict[str, _Slot], arena: np.ndarray) -> _Block | None:
         """The block of ``slots``, or ``None`` if there are none or a column holds arrays
-        (those batches go the general way)."""
+        (those batches go the general way).
+        """
         if not slots or any(s.shape for s in slots.values()):
             return None
         keys = list(slots)
@@ -305,7 +307,8 @@ class _Block:
     def write(self, infos: Infos) -> bool:
         """Write a batch with a pair for every env; ``False`` (maybe some rows written) if
         an env said other keys or a value of another type, or one that does not fit (a
-        Python int beyond int64)."""
+        Python int beyond int64).
+        """
         width, get = self.width, self.get
         try:
             rows = [get(info) for _, info in infos if len(info) == width]

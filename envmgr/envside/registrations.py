@@ -63,7 +63,8 @@ def _package(entry: Any) -> str | None:
 def registrations() -> bytes:
     """This process's registry entries that gymnasium does not make, with the imported
     packages they come from, cloudpickled; an entry that does not pickle is left out (a
-    factory naming it fails as it did before)."""
+    factory naming it fails as it did before).
+    """
     specs = tuple(s for s in gym.registry.values() if not _gymnasium_own(s))
     if not specs:
         return b""
@@ -79,7 +80,8 @@ def registrations() -> bytes:
 
 def install(blob: bytes) -> None:
     """Import the packages of ``blob`` (from :func:`registrations`), then register each of
-    its specs whose id is not registered here; ids this process has keep their own spec."""
+    its specs whose id is not registered here; ids this process has keep their own spec.
+    """
     if not blob:
         return
     packages, specs = cloudpickle.loads(blob)

@@ -194,7 +194,8 @@ class SingleEnvGroup(EnvGroup):
 
     def _check_info(self, i: int, info: Any) -> None:
         """Refuse an info that is no mapping here, where the env is known (written to the
-        batch, it would fail in the parent or the info columns, naming no env)."""
+        batch, it would fail in the parent or the info columns, naming no env).
+        """
         if not isinstance(info, Mapping):
             raise TypeError(
                 f"env {self.offset + i} returned an info of type {type(info).__name__}: "
@@ -233,7 +234,8 @@ class SingleEnvGroup(EnvGroup):
 
     def _explain_bad_scalar(self, exc: Exception) -> None:
         """Name the env whose reward or flag is not one number (numpy's message names none);
-        raised as numpy's own error type, which ``SyncVectorEnv`` would raise too."""
+        raised as numpy's own error type, which ``SyncVectorEnv`` would raise too.
+        """
         rows = (("reward", self._rew), ("terminated", self._term), ("truncated", self._trunc))
         for what, values in rows:
             for i, value in enumerate(values):

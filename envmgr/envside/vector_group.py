@@ -137,7 +137,8 @@ class VectorEnvGroup(EnvGroup):
         self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], ids: Sequence[int] | None
     ) -> tuple[Any, ...]:
         """The hosted env's ``call(name)`` (one result per env, as ``SyncVectorEnv``'s);
-        for a VectorEnv without ``call``, ``name`` of the hosted env itself, once per env."""
+        for a VectorEnv without ``call``, ``name`` of the hosted env itself, once per env.
+        """
         env = self.env
         if hasattr(env, "call"):
             results = tuple(env.call(name, *args, **kwargs))
@@ -148,7 +149,8 @@ class VectorEnvGroup(EnvGroup):
 
     def set_attr(self, name: str, values: Sequence[Any], ids: Sequence[int] | None) -> None:
         """The hosted env's ``set_attr``; without one, ``name`` of the hosted env itself
-        (all values must then be equal)."""
+        (all values must then be equal).
+        """
         env = self.env
         if not hasattr(env, "set_attr"):
             if len({repr(v) for v in values}) > 1:

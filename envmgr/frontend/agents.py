@@ -269,7 +269,8 @@ class AgentVectorEnv(gym.vector.VectorEnv):  # type: ignore[type-arg]
 
     def recv(self, batch_size: int | None = None, timeout: float | None = None) -> Any:
         """The first envs to finish: ``(obs, rewards, terminations, truncations, infos,
-        env_ids)`` over their agent rows; ``env_ids`` are env indices, rows follow them."""
+        env_ids)`` over their agent rows; ``env_ids`` are env indices, rows follow them.
+        """
         obs, _, _, truncs, infos, ids = self.manager.recv(batch_size, timeout)
         return (*self._one(obs, truncs, infos, ids), ids)
 

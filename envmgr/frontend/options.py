@@ -200,7 +200,8 @@ def hosted_autoreset_mode(metadata: Mapping[str, Any], options: Mapping[str, Any
 
 def count(name: str, value: Any) -> Any:
     """``value`` as a plain ``int`` (a numpy integer too), or ``None``; anything else, or
-    less than 1, is refused naming ``name``."""
+    less than 1, is refused naming ``name``.
+    """
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, Integral) or value < 1:

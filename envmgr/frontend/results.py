@@ -113,7 +113,8 @@ class BatchReader:
     ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any], np.ndarray]:
         """``recv``'s usual answer: the rows of ``groups`` (ascending), their env ids and
         their column infos (no answers, so nothing pickled); fresh arrays. Only with
-        observations in the arrays (see :meth:`read_shared`)."""
+        observations in the arrays (see :meth:`read_shared`).
+        """
         b = self.buffers
         if len(groups) == 1:
             g = groups[0]
@@ -174,7 +175,8 @@ class BatchReader:
 
     def _observations_ragged(self, answers: dict[int, Any], ids: np.ndarray | None) -> Any:
         """:meth:`observations` of a Sequence/Graph space: each answering group's spilled
-        rows replace what its store holds, and what they need is noted in :attr:`grows`."""
+        rows replace what its store holds, and what they need is noted in :attr:`grows`.
+        """
         stores = self.buffers.ragged
         for g, a in answers.items():
             spill = None if a is None else a.observations
@@ -201,7 +203,8 @@ class BatchReader:
 
     def adopt(self, g: int, answer: Any) -> None:
         """Group ``g`` was replaced between calls (recycled): its info columns are forgotten,
-        then laid out as its replacement's ``answer`` (``None``: none yet) says."""
+        then laid out as its replacement's ``answer`` (``None``: none yet) says.
+        """
         self.columns.forget(g)
         if answer is not None and answer.info_schema is not None:
             self.columns.update(g, answer.info_schema)

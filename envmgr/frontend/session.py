@@ -129,7 +129,8 @@ class Session:
     def timeout(self, timeout: float | None) -> float | None:
         """``timeout``, or the manager's ``step_timeout`` when it is ``None``; a bad one is
         refused before anything waits (a deadline that passes at once would end a
-        healthy worker)."""
+        healthy worker).
+        """
         return self.step_timeout if timeout is None else seconds("timeout", timeout)
 
     # ================================================================ call order
@@ -198,7 +199,8 @@ class Session:
         resets: Mapping[int, Reset] | None = None,
     ) -> tuple[dict[int, Any], Replaced]:
         """Wait for the answers to ``seqs`` (group -> seq; the first ``need``), then
-        :meth:`settle` them; ``label`` names the call in messages (default: ``kind``'s)."""
+        :meth:`settle` them; ``label`` names the call in messages (default: ``kind``'s).
+        """
         got = self.backend.wait(seqs, timeout, need, label or kind.value)
         return self.resolve_answers(got, kind, resets)
 
@@ -351,7 +353,8 @@ class Session:
 
     def _adopt(self, g: int, answer: StepResponse | None) -> None:
         """A recycled group's replacement: its info columns are its own (its reset's
-        answer, the one the caller is not given, says which)."""
+        answer, the one the caller is not given, says which).
+        """
         reader = self.reader
         if reader is not None:
             reader.adopt(g, answer)
@@ -508,7 +511,8 @@ class Session:
     def close_under_call(self) -> None:
         """Closed from another thread while a call is inside: mark the manager closed and
         stop its groups, so that the call's wait ends and it raises ClosedManagerError
-        (:meth:`settle`) instead of reading, or restarting, what close frees."""
+        (:meth:`settle`) instead of reading, or restarting, what close frees.
+        """
         self.state = CLOSED
         for g in self.groups:
             try:
@@ -518,7 +522,8 @@ class Session:
 
     def check_not_closed_under(self, name: str) -> None:
         """Raise ClosedManagerError if another thread closed the manager while ``name``
-        (a call, or a restart in one) waited."""
+        (a call, or a restart in one) waited.
+        """
         if self.state is CLOSED:
             raise ClosedManagerError(
                 f"{self.owner} was closed by another thread while its {name} waited"

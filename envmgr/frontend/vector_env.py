@@ -111,7 +111,8 @@ def open_managers(kind: type[_Manager]) -> list[_Manager]:
 def _disown_after_fork() -> None:
     """In a forked child: each inherited manager is the parent's, so calls are refused
     and nothing here may stop its workers or free its segment (an exit's ``close()``
-    would otherwise end the parent's workers)."""
+    would otherwise end the parent's workers).
+    """
     for manager in list(_OPEN):
         manager._session.state = State.forked_copy(type(manager).__name__, manager._owner_pid)
         if manager._backend is not None:
@@ -245,7 +246,8 @@ class BatchedVectorEnv(VectorEnv):  # type: ignore[type-arg]
     @property
     def recycles(self) -> list[int]:
         """Planned replacements so far (``max_worker_steps``, ``max_worker_memory``), per
-        group, as ``restarts`` counts failures (a copy)."""
+        group, as ``restarts`` counts failures (a copy).
+        """
         recycler = self._session.recycler
         return [0] * self._session.layout.n_groups if recycler is None else list(recycler.recycles)
 
@@ -355,13 +357,15 @@ class BatchedVectorEnv(VectorEnv):  # type: ignore[type-arg]
     def get_attr(self, name: str, env_ids: Sequence[int] | None = None) -> tuple[Any, ...]:
         """Attribute ``name`` of each env (of ``env_ids``), found through the wrappers;
         a method is called with no arguments and its result given, as Gymnasium's
-        ``AsyncVectorEnv.get_attr`` does."""
+        ``AsyncVectorEnv.get_attr`` does.
+        """
         return self.call(name, env_ids=env_ids)
 
     @property
     def np_random_seed(self) -> tuple[int, ...]:  # type: ignore[override]
         """Each env's ``np_random_seed``, as ``SyncVectorEnv``/``AsyncVectorEnv`` give it
-        (the base ``VectorEnv``'s own generator is seeded by nothing here)."""
+        (the base ``VectorEnv``'s own generator is seeded by nothing here).
+        """
         return self.get_attr("np_random_seed")
 
     @property  # type: ignore[misc]  # read-only, as in SyncVectorEnv
@@ -391,7 +395,8 @@ class BatchedVectorEnv(VectorEnv):  # type: ignore[type-arg]
     @one_thread_at_a_time
     def set_attr(self, name: str, values: Any, env_ids: Sequence[int] | None = None) -> None:
         """Set attribute ``name`` of each env (of ``env_ids``): one value for all, or a list/tuple
-        with one per chosen env."""
+        with one per chosen env.
+        """
         self._calls.set_attr(name, values, env_ids)
 
     # ================================================================ first-ready
@@ -452,7 +457,8 @@ class BatchedVectorEnv(VectorEnv):  # type: ignore[type-arg]
     def env_step_seconds(self) -> tuple[np.ndarray, np.ndarray]:
         """``(seconds, steps)``: cumulative ``env.step`` seconds and counts per env, copies of
         shape ``(num_envs,)``. Two arrays, not tree nodes (1,000 envs cost 16 kB); the tree
-        holds their sum per group."""
+        holds their sum per group.
+        """
         session = self._session
         session.require_usable("env_step_seconds")
         session.flush_timers()  # groups publish per-env times when their tree ships
@@ -471,7 +477,8 @@ class BatchedVectorEnv(VectorEnv):  # type: ignore[type-arg]
 
     def _close(self, clean: bool) -> None:
         """Stop everything. ``clean``: no exception is leaving a ``with`` block, so a pending
-        call is warned about (an exception says more) and unshipped timings are pulled."""
+        call is warned about (an exception says more) and unshipped timings are pulled.
+        """
         session: Session | None = getattr(self, "_session", None)
         if self._forked_copy():
             if session is not None and not session.state.closed:
@@ -525,7 +532,8 @@ class BatchedVectorEnv(VectorEnv):  # type: ignore[type-arg]
 
     def _forked_copy(self) -> bool:
         """Whether this process is a fork of the one that opened the manager (checked on
-        the way out, where the fork hook may not have run: a fork made from C code)."""
+        the way out, where the fork hook may not have run: a fork made from C code).
+        """
         return self._owner_pid not in (-1, os.getpid())
 
     def _shutdown(self, graceful: bool) -> None:

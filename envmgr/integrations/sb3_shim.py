@@ -227,7 +227,8 @@ def _path(cls: type) -> str:
 def is_wrapped(env: gym.Env[Any, Any], wrapper: str | bytes) -> bool:
     """Whether the class ``wrapper`` names (:func:`class_ref`) is in the env's wrapper
     chain, as SB3's ``is_wrapped`` (by path: a wrapper whose class or one of its bases
-    has that path; a virtual subclass registered with an ABC is not seen)."""
+    has that path; a virtual subclass registered with an ABC is not seen).
+    """
     cls = cloudpickle.loads(wrapper) if isinstance(wrapper, bytes) else None
     current: Any = env
     while isinstance(current, gym.Wrapper):

@@ -250,7 +250,8 @@ class SubprocessEnvManager(BatchedVectorEnv):
     def restarts(self) -> list[int]:
         """The restarts so far per group, as a copy. Each worker, then with ``caller_envs``
         the caller's block, which has no process to replace (always 0), as group indices
-        count in messages and infos."""
+        count in messages and infos.
+        """
         return list(self._budget.restarts)
 
     @property

@@ -74,7 +74,8 @@ class Layout:
 
     def group_with_ids(self, env_ids: Any) -> int | None:
         """The group whose envs are exactly ``env_ids`` (an int64 array, as :meth:`recv`
-        returns them), else ``None``: the per-``send`` shortcut past :meth:`whole_groups`."""
+        returns them), else ``None``: the per-``send`` shortcut past :meth:`whole_groups`.
+        """
         if type(env_ids) is not np.ndarray or env_ids.dtype != np.int64 or env_ids.ndim != 1:
             return None
         return self._group_by_ids.get(env_ids.tobytes())

@@ -106,7 +106,8 @@ class WorkerConfig:
 @dataclass(frozen=True, slots=True)
 class Attach:
     """Attach to the manager's shared memory (sent once, after :class:`Ready`), and to
-    the group's store of a Sequence/Graph observation space (``ragged``)."""
+    the group's store of a Sequence/Graph observation space (``ragged``).
+    """
 
     seq: int
     layout: SharedLayout

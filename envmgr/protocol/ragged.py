@@ -165,7 +165,8 @@ def capacities_for(space: gym.Space[Any], hint: int | Mapping[str, int] | None) 
 def grown(capacity: int, need: int) -> int:
     """The capacity a slot grows to when ``need`` elements did not fit in ``capacity``:
     the next power of two of at least ``need`` and twice the old one, so a row that keeps
-    growing re-lays the store a logarithmic number of times."""
+    growing re-lays the store a logarithmic number of times.
+    """
     target = max(need, 2 * capacity, 1)
     return 1 << (target - 1).bit_length()
 
@@ -494,7 +495,8 @@ class RaggedStore:
 
     def load(self, other: RaggedStore) -> None:
         """Copy every row of ``other`` (the same space and rows) into this store, growing
-        it (if private) to ``other``'s capacities."""
+        it (if private) to ``other``'s capacities.
+        """
         if self._shm is None and any(
             o > c for o, c in zip(other.layout.capacities, self.layout.capacities, strict=True)
         ):

@@ -212,7 +212,8 @@ class SharedBuffers:
     ) -> None:
         """Give each group of ``sizes`` (in order, after those already added) its store
         of the observation space, when that space has Sequence/Graph parts: in new
-        segments (``shared``, workers'), else private and growing in place."""
+        segments (``shared``, workers'), else private and growing in place.
+        """
         space = self.layout.observation_space
         if not fits_ragged(space) or (options is not None and options.mode == "pickled"):
             return
@@ -229,7 +230,8 @@ class SharedBuffers:
 
     def relay(self, g: int, capacities: tuple[int, ...]) -> RaggedLayout:
         """A larger store for group ``g`` in a new segment, pending until its writer maps
-        it (:meth:`settle`); its layout, for the writer."""
+        it (:meth:`settle`); its layout, for the writer.
+        """
         assert self.ragged is not None
         current = self.ragged[g]
         assert current is not None
@@ -242,7 +244,8 @@ class SharedBuffers:
 
     def settle(self) -> None:
         """Read each group from the store its writer maps: a pending store it has attached
-        to (its header says so) replaces the old one, which is freed."""
+        to (its header says so) replaces the old one, which is freed.
+        """
         assert self.ragged is not None
         for g, store in list(self.pending.items()):
             if store.attached:

@@ -165,7 +165,8 @@ def self_seconds(node: Mapping[str, Any]) -> float:
 
 def summing_children(node: Mapping[str, Any]) -> list[tuple[str, Any]]:
     """Children to use where times are added up: ``worker_root`` is dropped when
-    ``worker_<i>`` siblings exist, because it is exactly their sum."""
+    ``worker_<i>`` siblings exist, because it is exactly their sum.
+    """
     kids = child_nodes(node)
     if "worker_root" in kids and any(WORKER_RE.fullmatch(k) for k in kids):
         return [(k, v) for k, v in kids.items() if k != "worker_root"]

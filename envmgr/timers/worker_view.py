@@ -79,7 +79,8 @@ def _find_workers(
     tree: Mapping[str, Any],
 ) -> tuple[dict[int, WorkerStats], list[tuple[str, float, int]]]:
     """Per-worker stats summed over every place worker trees were merged, and those places
-    as (path, parent's total, parent's count)."""
+    as (path, parent's total, parent's count).
+    """
     workers: dict[int, WorkerStats] = {}
     places: list[tuple[str, float, int]] = []
     stack: list[tuple[str, Mapping[str, Any]]] = [("", tree)]

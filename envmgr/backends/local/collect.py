@@ -84,7 +84,8 @@ class Collector:
 
     def forget_woken(self) -> None:
         """Drop what :meth:`ready` found: a process is being replaced, and a new one may
-        get a closed sentinel's number."""
+        get a closed sentinel's number.
+        """
         self._woken = None
 
     def finished(self, seqs: Mapping[int, int], lost: Mapping[int, LostGroup]) -> list[int]:

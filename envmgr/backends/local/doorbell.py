@@ -124,7 +124,8 @@ def fence() -> None:
 
 def decode_command(word: int) -> tuple[int, int]:
     """The ``(seq, kind)`` of a ``CMD`` word (``seq << 3 | kind``, stored by
-    :meth:`ParentDoorbell.post_command`)."""
+    :meth:`ParentDoorbell.post_command`).
+    """
     return word >> 3, word & _KIND_MASK
 
 
@@ -190,7 +191,8 @@ class ParentDoorbell:
 
     def first_done(self, seqs: Mapping[int, int], need: int) -> list[int]:
         """Up to ``need`` workers of ``seqs`` (worker -> seq) that finished their step:
-        the earliest sent (lowest seq) first when more are done."""
+        the earliest sent (lowest seq) first when more are done.
+        """
         words = self.words
         done = [w for w, s in seqs.items() if words[w * _ROW + DONE] >> 1 == s]
         if len(done) > need:

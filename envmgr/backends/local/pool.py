@@ -388,7 +388,8 @@ class WorkerPool:
     def overran(self, g: int, why: str) -> LostGroup:
         """Group ``g`` lost for overrunning its time: killed at once, as the README's
         fault table says. It may be hung, so a graceful close (a broken manager's
-        survivors get ``close_timeout``) would only wait for it."""
+        survivors get ``close_timeout``) would only wait for it.
+        """
         proc = self.processes[g]
         if proc.is_alive():
             proc.kill()
@@ -409,7 +410,8 @@ class WorkerPool:
         """In a forked child: the workers are the parent's children, not this process's.
         Taken off multiprocessing's list of children, which a plain ``os.fork()`` child
         inherits and whose exit handler would otherwise terminate every daemon on it (a
-        child started by multiprocessing clears that list itself)."""
+        child started by multiprocessing clears that list itself).
+        """
         for proc in self.processes:
             multiprocessing.process._children.discard(proc)  # type: ignore[attr-defined]
 
