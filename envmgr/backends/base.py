@@ -95,9 +95,10 @@ class Backend(Protocol):
         ragged: Any = None,
         info_row_bytes: int = ROW_BYTES,
     ) -> SharedBuffers:
-        """The batch arrays; ``ragged``: the manager's
-        :class:`~envmgr.protocol.ragged.RaggedOptions` for a Sequence/Graph space;
-        ``info_row_bytes``: the info columns' bytes per env.
+        """Make the batch arrays, attach the groups to them and return them.
+
+        ``ragged``: the manager's :class:`~envmgr.protocol.ragged.RaggedOptions` for a
+        Sequence/Graph space; ``info_row_bytes``: the info columns' bytes per env.
         """
         ...
 
@@ -121,9 +122,11 @@ class Backend(Protocol):
         ...
 
     def ready(self, seqs: Mapping[int, int], need: int) -> list[int] | None:
-        """First-ready's usual case, without a deadline: the ``need`` groups of ``seqs``
-        (group -> seq) that finished first, when their answers are all in the batch
-        arrays; ``None`` means "use :meth:`wait`" (a backend may always say so).
+        """Return the first ``need`` groups done, when their answers are all in the batch arrays.
+
+        First-ready's usual case, without a deadline: the ``need`` groups of ``seqs`` (group ->
+        seq) that finished first. ``None`` means "use :meth:`wait`" (a backend may always say
+        so).
         """
         ...
 
@@ -134,22 +137,27 @@ class Backend(Protocol):
         ...
 
     def retire(self, g: int, seq: int) -> None:
-        """Stop healthy group ``g`` for a planned replacement: its envs closed (``seq``:
-        the command's), within ``close_timeout``; :meth:`replace` ends what is left.
+        """Stop healthy group ``g`` for a planned replacement.
+
+        Its envs are closed (``seq``: the command's), within ``close_timeout``; :meth:`replace`
+        ends what is left.
         """
         ...
 
     def resident_bytes(self, g: int) -> int | None:
-        """Group ``g``'s resident set size in bytes, as last read (``None``: not known
-        yet). Called at most every few hundred milliseconds; it must not wait.
+        """Return group ``g``'s resident set size in bytes, as last read.
+
+        ``None``: not known yet. Called at most every few hundred milliseconds; it must not
+        wait.
         """
         ...
 
     def abandon(self, g: int, why: str) -> bool:
-        """After an interrupt (not an error) cut :meth:`replace` of group ``g`` off: leave
-        the group lost, whatever step of the replacement it reached, so that the next
-        wait finds it so (saying ``why``) and the front end replaces it again. ``False``
-        if this backend cannot, and the manager is then broken.
+        """Leave group ``g`` lost after an interrupt cut its :meth:`replace` off.
+
+        After an interrupt (not an error), whatever step of the replacement it reached, the
+        group is left lost so that the next wait finds it so (saying ``why``) and the front end
+        replaces it again. ``False`` if this backend cannot, and the manager is then broken.
         """
         ...
 
@@ -160,15 +168,18 @@ class Backend(Protocol):
     def shutdown(self, graceful: bool) -> None: ...
 
     def disown(self) -> None:
-        """In a child forked from the process that started the groups: forget them without
-        stopping them (they are the parent's), so that nothing at this process's exit does.
+        """Forget the groups without stopping them, in a forked child.
+
+        In a child forked from the process that started the groups, the groups are the parent's,
+        so nothing at this process's exit may stop them.
         """
         ...
 
 
 def remote_exception(err: ErrorResponse, where: str, envs: range) -> BaseException:
-    """The exception a group reported, as its own type where it unpickles and is an
-    ``Exception``, else a WorkerError.
+    """Return the exception a group reported.
+
+    It is of its own type where it unpickles and is an ``Exception``, else a WorkerError.
 
     A note names the group, the env and the phase; raise it ``from
     RemoteTraceback(err.traceback)``.
@@ -209,9 +220,10 @@ _CARRIES = {
 
 
 def unsendable(cmd: Any, exc: Exception) -> ValueError:
-    """The error for ``cmd``, which did not pickle (``exc``): it names what the caller
-    passed. A backend pickles every command of a call before it sends any, so that the
-    groups and the manager are left as they were.
+    """Return the error for ``cmd``, which did not pickle (``exc``).
+
+    It names what the caller passed. A backend pickles every command of a call before it sends
+    any, so that the groups and the manager are left as they were.
     """
     what = _CARRIES.get(type(cmd).__name__, type(cmd).__name__)
     return ValueError(f"{what} cannot be sent to the workers: {exc}")

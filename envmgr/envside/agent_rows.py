@@ -627,8 +627,9 @@ class ParallelEnvRows(gym.vector.VectorEnv):  # type: ignore[type-arg]
     def _put_rows(
         self, k: int, g: int, slots: list[int], values: list[Any], agents: Sequence[str]
     ) -> None:
-        """Write checked observations into env ``k``'s ``slots`` of group ``g``; ``agents``
-        names them in messages.
+        """Write checked observations into env ``k``'s ``slots`` of group ``g``.
+
+        ``agents`` names them in messages.
         """
         leaf = self._obs_leaves[g]
         if isinstance(leaf, np.ndarray):
@@ -680,8 +681,9 @@ def _take(batch: Any, k: int, s: int) -> Any:
 
 
 class SlotValues:
-    """A variable-size observation (``Sequence``, ``Graph``) per slot and env, kept as
-    values: the manager's ragged store lays them out in shared memory.
+    """A variable-size observation (``Sequence``, ``Graph``) per slot and env, kept as values.
+
+    The manager's ragged store lays them out in shared memory.
 
     Args:
         space: One agent's observation space.

@@ -193,8 +193,9 @@ class SingleEnvGroup(EnvGroup):
         return infos
 
     def _check_info(self, i: int, info: Any) -> None:
-        """Refuse an info that is no mapping here, where the env is known (written to the
-        batch, it would fail in the parent or the info columns, naming no env).
+        """Refuse an info that is no mapping here, where the env is known.
+
+        Written to the batch, it would fail in the parent or the info columns, naming no env.
         """
         if not isinstance(info, Mapping):
             raise TypeError(
@@ -233,8 +234,9 @@ class SingleEnvGroup(EnvGroup):
         raise exc
 
     def _explain_bad_scalar(self, exc: Exception) -> None:
-        """Name the env whose reward or flag is not one number (numpy's message names none);
-        raised as numpy's own error type, which ``SyncVectorEnv`` would raise too.
+        """Name the env whose reward or flag is not one number (numpy's message names none).
+
+        Raised as numpy's own error type, which ``SyncVectorEnv`` would raise too.
         """
         rows = (("reward", self._rew), ("terminated", self._term), ("truncated", self._trunc))
         for what, values in rows:

@@ -136,8 +136,9 @@ class VectorEnvGroup(EnvGroup):
     def call(
         self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], ids: Sequence[int] | None
     ) -> tuple[Any, ...]:
-        """The hosted env's ``call(name)`` (one result per env, as ``SyncVectorEnv``'s);
-        for a VectorEnv without ``call``, ``name`` of the hosted env itself, once per env.
+        """Return the hosted env's ``call(name)``: one result per env, as ``SyncVectorEnv``'s.
+
+        For a VectorEnv without ``call``, ``name`` of the hosted env itself, once per env.
         """
         env = self.env
         if hasattr(env, "call"):
@@ -148,8 +149,9 @@ class VectorEnvGroup(EnvGroup):
         return results if ids is None else tuple(results[i] for i in ids)
 
     def set_attr(self, name: str, values: Sequence[Any], ids: Sequence[int] | None) -> None:
-        """The hosted env's ``set_attr``; without one, ``name`` of the hosted env itself
-        (all values must then be equal).
+        """Set attributes through the hosted env's ``set_attr``.
+
+        Without one, ``name`` of the hosted env itself is set (all values must then be equal).
         """
         env = self.env
         if not hasattr(env, "set_attr"):

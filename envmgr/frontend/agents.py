@@ -268,8 +268,10 @@ class AgentVectorEnv(gym.vector.VectorEnv):  # type: ignore[type-arg]
         self.manager.send(self._to_manager(actions, count), env_ids)
 
     def recv(self, batch_size: int | None = None, timeout: float | None = None) -> Any:
-        """The first envs to finish: ``(obs, rewards, terminations, truncations, infos,
-        env_ids)`` over their agent rows; ``env_ids`` are env indices, rows follow them.
+        """Return the first envs to finish, over their agent rows.
+
+        The result is ``(obs, rewards, terminations, truncations, infos, env_ids)``; ``env_ids``
+        are env indices, rows follow them.
         """
         obs, _, _, truncs, infos, ids = self.manager.recv(batch_size, timeout)
         return (*self._one(obs, truncs, infos, ids), ids)

@@ -73,8 +73,9 @@ _Method = TypeVar("_Method", bound=Callable[..., Any])
 
 
 def one_thread_at_a_time(method: _Method) -> _Method:
-    """Refuse ``method`` with :class:`~envmgr.errors.BusyManagerError` while another
-    thread is inside a call to the same manager.
+    """Refuse ``method`` while another thread is inside a call to the same manager.
+
+    The refusal is a :class:`~envmgr.errors.BusyManagerError`.
 
     Without it two threads stepping one manager each pass the idle check and read the
     other's batch, with no error. The lock is reentrant, so ``reset`` may call
@@ -109,9 +110,10 @@ def open_managers(kind: type[_Manager]) -> list[_Manager]:
 
 
 def _disown_after_fork() -> None:
-    """In a forked child: each inherited manager is the parent's, so calls are refused
-    and nothing here may stop its workers or free its segment (an exit's ``close()``
-    would otherwise end the parent's workers).
+    """Disown every inherited manager in a forked child: each is the parent's.
+
+    Calls are then refused and nothing here may stop its workers or free its segment (an exit's
+    ``close()`` would otherwise end the parent's workers).
     """
     for manager in list(_OPEN):
         manager._session.state = State.forked_copy(type(manager).__name__, manager._owner_pid)
@@ -245,8 +247,9 @@ class BatchedVectorEnv(VectorEnv):  # type: ignore[type-arg]
 
     @property
     def recycles(self) -> list[int]:
-        """Planned replacements so far (``max_worker_steps``, ``max_worker_memory``), per
-        group, as ``restarts`` counts failures (a copy).
+        """Planned replacements so far per group (a copy), as ``restarts`` counts failures.
+
+        A planned replacement is one for ``max_worker_steps`` or ``max_worker_memory``.
         """
         recycler = self._session.recycler
         return [0] * self._session.layout.n_groups if recycler is None else list(recycler.recycles)
@@ -355,16 +358,18 @@ class BatchedVectorEnv(VectorEnv):  # type: ignore[type-arg]
 
     @one_thread_at_a_time
     def get_attr(self, name: str, env_ids: Sequence[int] | None = None) -> tuple[Any, ...]:
-        """Attribute ``name`` of each env (of ``env_ids``), found through the wrappers;
-        a method is called with no arguments and its result given, as Gymnasium's
+        """Return attribute ``name`` of each env (of ``env_ids``), found through the wrappers.
+
+        A method is called with no arguments and its result given, as Gymnasium's
         ``AsyncVectorEnv.get_attr`` does.
         """
         return self.call(name, env_ids=env_ids)
 
     @property
     def np_random_seed(self) -> tuple[int, ...]:  # type: ignore[override]
-        """Each env's ``np_random_seed``, as ``SyncVectorEnv``/``AsyncVectorEnv`` give it
-        (the base ``VectorEnv``'s own generator is seeded by nothing here).
+        """Each env's ``np_random_seed``, as ``SyncVectorEnv``/``AsyncVectorEnv`` give it.
+
+        The base ``VectorEnv``'s own generator is seeded by nothing here.
         """
         return self.get_attr("np_random_seed")
 
@@ -394,8 +399,9 @@ class BatchedVectorEnv(VectorEnv):  # type: ignore[type-arg]
 
     @one_thread_at_a_time
     def set_attr(self, name: str, values: Any, env_ids: Sequence[int] | None = None) -> None:
-        """Set attribute ``name`` of each env (of ``env_ids``): one value for all, or a list/tuple
-        with one per chosen env.
+        """Set attribute ``name`` of each env (of ``env_ids``).
+
+        ``values`` is one value for all, or a list/tuple with one per chosen env.
         """
         self._calls.set_attr(name, values, env_ids)
 
@@ -455,9 +461,10 @@ class BatchedVectorEnv(VectorEnv):  # type: ignore[type-arg]
 
     @one_thread_at_a_time
     def env_step_seconds(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(seconds, steps)``: cumulative ``env.step`` seconds and counts per env, copies of
-        shape ``(num_envs,)``. Two arrays, not tree nodes (1,000 envs cost 16 kB); the tree
-        holds their sum per group.
+        """Return ``(seconds, steps)``: cumulative ``env.step`` seconds and counts per env.
+
+        Both are copies of shape ``(num_envs,)``. Two arrays, not tree nodes (1,000 envs cost 16
+        kB); the tree holds their sum per group.
         """
         session = self._session
         session.require_usable("env_step_seconds")
@@ -476,8 +483,10 @@ class BatchedVectorEnv(VectorEnv):  # type: ignore[type-arg]
         self._close(clean=True)
 
     def _close(self, clean: bool) -> None:
-        """Stop everything. ``clean``: no exception is leaving a ``with`` block, so a pending
-        call is warned about (an exception says more) and unshipped timings are pulled.
+        """Stop everything.
+
+        ``clean``: no exception is leaving a ``with`` block, so a pending call is warned about
+        (an exception says more) and unshipped timings are pulled.
         """
         session: Session | None = getattr(self, "_session", None)
         if self._forked_copy():
@@ -531,8 +540,9 @@ class BatchedVectorEnv(VectorEnv):  # type: ignore[type-arg]
         self._shutdown(graceful=True)
 
     def _forked_copy(self) -> bool:
-        """Whether this process is a fork of the one that opened the manager (checked on
-        the way out, where the fork hook may not have run: a fork made from C code).
+        """Whether this process is a fork of the one that opened the manager.
+
+        Checked on the way out, where the fork hook may not have run: a fork made from C code.
         """
         return self._owner_pid not in (-1, os.getpid())
 

@@ -259,8 +259,9 @@ class EnvmgrVecEnv(VecEnv):
         wrapper_class: type[gym.Wrapper],  # type: ignore[type-arg]
         indices: VecEnvIndices = None,
     ) -> list[bool]:
-        """Whether each chosen env has ``wrapper_class`` in its wrapper chain (asked by
-        import path, so the workers need not import it: ``sb3_shim.class_ref``).
+        """Whether each chosen env has ``wrapper_class`` in its wrapper chain.
+
+        Asked by import path, so the workers need not import it: ``sb3_shim.class_ref``.
         """
         return self._run(indices, remote.is_wrapped, remote.class_ref(wrapper_class))
 
@@ -314,15 +315,17 @@ def _targets(
     fn: Callable[..., Any],
     args: tuple[Any, ...],
 ) -> list[Any]:
-    """``fn(user env, *args)`` for envs ``env_ids``, in that order (an env named twice runs
-    twice); only the workers owning those envs are contacted.
+    """Run ``fn(user env, *args)`` for envs ``env_ids``, in that order; return the results.
+
+    An env named twice runs twice; only the workers owning those envs are contacted.
     """
     return list(manager.apply(remote.on_user_env, fn, *args, env_ids=env_ids))
 
 
 def _worker_count(num_envs: int, n_workers: int | None) -> int | None:
-    """``n_workers`` checked against ``num_envs``; ``None`` leaves the manager's default
-    (``min(num_envs, cpu_count)``).
+    """Return ``n_workers`` checked against ``num_envs``.
+
+    ``None`` leaves the manager's default (``min(num_envs, cpu_count)``).
     """
     if n_workers is None:
         return None

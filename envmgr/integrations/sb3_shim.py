@@ -82,8 +82,9 @@ def pack(info: dict[str, Any]) -> dict[str, Any]:
 
 
 def decode(vinfos: dict[str, Any]) -> dict[int, dict[str, Any]]:
-    """Each env's info dict, as its env returned it, from the manager's vector infos;
-    only envs that have one.
+    """Return each env's info dict, as its env returned it, from the manager's vector infos.
+
+    Only envs that have one are in the result.
 
     Runs every step of an SB3 rollout: each key's values are taken out of their array
     at once (``tolist`` gives Python scalars, iterating gives numpy ones), not one
@@ -225,9 +226,10 @@ def _path(cls: type) -> str:
 
 
 def is_wrapped(env: gym.Env[Any, Any], wrapper: str | bytes) -> bool:
-    """Whether the class ``wrapper`` names (:func:`class_ref`) is in the env's wrapper
-    chain, as SB3's ``is_wrapped`` (by path: a wrapper whose class or one of its bases
-    has that path; a virtual subclass registered with an ABC is not seen).
+    """Whether the class ``wrapper`` names (:func:`class_ref`) is in the env's wrapper chain.
+
+    As SB3's ``is_wrapped``, but by path: a wrapper whose class or one of its bases has that
+    path; a virtual subclass registered with an ABC is not seen.
     """
     cls = cloudpickle.loads(wrapper) if isinstance(wrapper, bytes) else None
     current: Any = env

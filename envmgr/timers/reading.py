@@ -1,5 +1,6 @@
-"""Reading a timer tree: load and check it, and the node accessors and number formats that
-every view of it (``format``, ``worker_view``, ``plot``) shares.
+"""Reading a timer tree: load and check it, and the shared node accessors and number formats.
+
+Every view of it (``format``, ``worker_view``, ``plot``) shares them.
 
 A node is a dict with ``total`` seconds, an optional ``count``, ``self`` (seconds not covered by
 children), ``is_parallel`` and ``children`` (name -> node); the root may also carry ``name``,
@@ -164,8 +165,10 @@ def self_seconds(node: Mapping[str, Any]) -> float:
 
 
 def summing_children(node: Mapping[str, Any]) -> list[tuple[str, Any]]:
-    """Children to use where times are added up: ``worker_root`` is dropped when
-    ``worker_<i>`` siblings exist, because it is exactly their sum.
+    """Return the children to use where times are added up.
+
+    ``worker_root`` is dropped when ``worker_<i>`` siblings exist, because it is exactly their
+    sum.
     """
     kids = child_nodes(node)
     if "worker_root" in kids and any(WORKER_RE.fullmatch(k) for k in kids):

@@ -1,5 +1,6 @@
-"""The per-worker summary of a timer tree: where each worker process spent its time, and
-which worker, if any, held the batch back.
+"""The per-worker summary of a timer tree: where each worker process spent its time.
+
+It also says which worker, if any, held the batch back.
 """
 
 from __future__ import annotations
@@ -78,8 +79,9 @@ class WorkerStats:
 def _find_workers(
     tree: Mapping[str, Any],
 ) -> tuple[dict[int, WorkerStats], list[tuple[str, float, int]]]:
-    """Per-worker stats summed over every place worker trees were merged, and those places
-    as (path, parent's total, parent's count).
+    """Return per-worker stats summed over every place worker trees were merged.
+
+    Those places come too, as (path, parent's total, parent's count).
     """
     workers: dict[int, WorkerStats] = {}
     places: list[tuple[str, float, int]] = []

@@ -87,9 +87,10 @@ class Reading:
 
     @property
     def idle_share(self) -> float:
-        """The busiest worker's time per batch not spent on its command, as a share of the
-        loop's time per batch. (A worker's own ``wait_command`` also runs while other layouts
-        are timed, so the loop's clock is the one to divide by.)
+        """The busiest worker's idle time per batch, as a share of the loop's time per batch.
+
+        Idle time is the time not spent on its command. (A worker's own ``wait_command`` also
+        runs while other layouts are timed, so the loop's clock is the one to divide by.)
         """
         batch = self.wait + self.own
         if not self.workers or batch <= 0:
