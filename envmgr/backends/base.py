@@ -86,7 +86,9 @@ class Backend(Protocol):
 
     layout: Layout
 
-    def start(self) -> list[Ready]: ...
+    def start(self) -> list[Ready]:
+        """Build every group; return each group's start-up answer, in group order."""
+        ...
 
     def attach(
         self,
@@ -102,15 +104,39 @@ class Backend(Protocol):
         """
         ...
 
-    def post(self, commands: Mapping[int, Command]) -> None: ...
+    def post(self, commands: Mapping[int, Command]) -> None:
+        """Send ``commands`` (by group) to their groups, all pickled before any is sent."""
+        ...
 
     def post_step(
         self, groups: Sequence[int], seq: int, ship: bool, actions: Any, ids: np.ndarray | None
-    ) -> None: ...
+    ) -> None:
+        """Place a batch step's actions and wake ``groups``: the hot path.
+
+        Args:
+            groups: The groups to step.
+            seq: The step's sequence number, which the answers echo.
+            ship: Whether the groups send their timer trees with the answer.
+            actions: The actions of the envs stepped.
+            ids: The env indices ``actions`` are for, or ``None`` for the whole batch.
+        """
+        ...
 
     def wait(
         self, seqs: Mapping[int, int], timeout: float | None, need: int | None, phase: str
-    ) -> WaitResult: ...
+    ) -> WaitResult:
+        """Wait for the answers to ``seqs`` (group -> seq) and collect what the groups said.
+
+        Args:
+            seqs: The sequence number each group's answer echoes.
+            timeout: Seconds to wait at most (``None``: no limit); a group past it is lost.
+            need: How many groups to wait for (``None``: all of them).
+            phase: What the groups were asked to do, for messages.
+
+        Returns:
+            The answers, lost groups and errors found.
+        """
+        ...
 
     def wait_step(self, seq: int, timeout: float | None) -> WaitResult | None:
         """Wait for batch step ``seq`` of every group, as :meth:`wait` does.
@@ -130,7 +156,9 @@ class Backend(Protocol):
         """
         ...
 
-    def replace(self, g: int, timeout: float | None) -> Ready | LostGroup: ...
+    def replace(self, g: int, timeout: float | None) -> Ready | LostGroup:
+        """Start a new group in place of group ``g``: its start-up answer, or its loss."""
+        ...
 
     def recyclable(self) -> Sequence[int]:
         """The groups with a process of their own, which recycling may replace."""
@@ -161,11 +189,17 @@ class Backend(Protocol):
         """
         ...
 
-    def where(self, g: int) -> str: ...
+    def where(self, g: int) -> str:
+        """Return group ``g``'s name in messages (``"worker 1 (envs 2-3)"``)."""
+        ...
 
-    def timer_name(self, g: int) -> str: ...
+    def timer_name(self, g: int) -> str:
+        """Return the name of group ``g``'s node in the merged timer tree."""
+        ...
 
-    def shutdown(self, graceful: bool) -> None: ...
+    def shutdown(self, graceful: bool) -> None:
+        """Stop every group and free the batch arrays; ``graceful``: let the envs close first."""
+        ...
 
     def disown(self) -> None:
         """Forget the groups without stopping them, in a forked child.

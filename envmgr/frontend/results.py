@@ -242,6 +242,7 @@ class BatchReader:
         return obs, rewards, terms, truncs, self.infos(answers, replaced, ids)
 
     def observations(self, answers: dict[int, Any], ids: np.ndarray | None) -> Any:
+        """Return the batch's observations, or those of the envs ``ids`` when given."""
         per_env = self.per_env
         if per_env is None:
             if ids is not None:

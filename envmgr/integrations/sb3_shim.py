@@ -135,6 +135,7 @@ class SB3Shim(gym.Wrapper):  # type: ignore[type-arg]
         self._envmgr_index = index
 
     def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
+        """Step the env, packing its info: numbers by type, the rest opaque."""
         obs, reward, terminated, truncated, info = self.env.step(action)
         # An empty info stays empty, so a plain CartPole step still pickles nothing.
         return obs, reward, terminated, truncated, (pack(info) if info else {})
@@ -142,6 +143,7 @@ class SB3Shim(gym.Wrapper):  # type: ignore[type-arg]
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Any, dict[str, Any]]:
+        """Reset the env with its own entry of per-env reset options, packing its info."""
         if options is not None and INFO_KEY in options:
             options = options[INFO_KEY][self._envmgr_index]
         # As SubprocVecEnv's worker: options are passed only when there are some.
@@ -163,6 +165,7 @@ class ShimFactory:
         self.index = index
 
     def __call__(self) -> SB3Shim:
+        """Build the env (patching an old gym env as SB3 does) and wrap it in ``SB3Shim``."""
         env = self.env_fn()
         if not isinstance(env, gym.Env):
             # An old gym env: SB3 converts it with shimmy, as SubprocVecEnv's worker

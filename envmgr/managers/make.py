@@ -58,6 +58,7 @@ class SpecEnvFactory:
         self.wrappers = wrappers
 
     def __call__(self) -> gym.Env[Any, Any]:
+        """Build the env from its spec, applying the wrappers in order."""
         env = gym.make(self.spec, **self.env_kwargs)
         for wrap in self.wrappers:
             wrapped = wrap(env)
@@ -95,6 +96,7 @@ class SpecVectorEnvFactory:
         self.wrappers = wrappers
 
     def __call__(self, num_envs: int) -> gym.vector.VectorEnv[Any, Any, Any]:
+        """Build ``num_envs`` envs as one VectorEnv with ``gymnasium.make_vec``."""
         envs = gym.make_vec(
             self.spec,
             num_envs=num_envs,

@@ -46,10 +46,12 @@ class Layout:
     # Cached: read on every batch step.
     @cached_property
     def num_envs(self) -> int:
+        """The number of envs, over all groups."""
         return sum(self.sizes)
 
     @cached_property
     def n_groups(self) -> int:
+        """The number of groups."""
         return len(self.sizes)
 
     @property

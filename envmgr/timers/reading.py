@@ -145,14 +145,17 @@ def load_tree(path: str | PathLike[str]) -> dict[str, Any]:
 
 
 def total_seconds(node: Mapping[str, Any]) -> float:
+    """Return ``node``'s total seconds."""
     return float(node.get("total", 0.0))
 
 
 def node_count(node: Mapping[str, Any]) -> int:
+    """Return ``node``'s count (0 when it has none)."""
     return int(node.get("count", 0) or 0)
 
 
 def child_nodes(node: Mapping[str, Any]) -> dict[str, Any]:
+    """Return ``node``'s children by name (empty when it has none)."""
     return node.get("children") or {}
 
 

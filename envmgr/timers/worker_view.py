@@ -37,6 +37,18 @@ STRAGGLER_EXCESS = 0.20
 
 
 class WorkerStats:
+    """One worker's time, summed over the nodes of its trees.
+
+    Attributes:
+        total: Seconds in the worker's trees.
+        env: Seconds in env calls.
+        wait: Seconds waiting for a command.
+        transfer: Seconds sending answers, and of steps and resets outside env calls.
+        env_calls: Env calls of every kind (``env.*`` nodes).
+        env_steps: ``env.step`` calls.
+        env_resets: ``env.reset`` calls.
+    """
+
     __slots__ = ("total", "env", "wait", "transfer", "env_calls", "env_steps", "env_resets")
 
     def __init__(self) -> None:
@@ -44,6 +56,7 @@ class WorkerStats:
         self.env_calls = self.env_steps = self.env_resets = 0
 
     def add(self, node: Mapping[str, Any]) -> None:
+        """Add one of the worker's tree nodes to the sums."""
         self.total += total_seconds(node)
         for name, child in child_nodes(node).items():
             if name == "wait_command":
@@ -73,6 +86,7 @@ class WorkerStats:
 
     @property
     def other(self) -> float:
+        """Seconds in none of env, wait or transfer."""
         return max(0.0, self.total - self.env - self.wait - self.transfer)
 
 
