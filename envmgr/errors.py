@@ -74,8 +74,11 @@ class AlreadyPendingCallError(UsageError, gym_error.AlreadyPendingCallError):
 
     @classmethod
     def on(cls, call: str, pending: str) -> AlreadyPendingCallError:
-        """``AsyncVectorEnv``'s message to the letter (its ``reset_async`` one has no full
-        stop), then what to do; ``name`` is the pending call, as there."""
+        """Return the error for starting ``call`` while a call to ``pending`` waits.
+
+        The message is ``AsyncVectorEnv``'s to the letter (its ``reset_async`` one has no full
+        stop), then what to do; the error's ``name`` is the pending call, as there.
+        """
         stop = "" if call == "reset_async" else "."
         return cls(
             f"Calling `{call}` while waiting for a pending call to `{pending}` to "
@@ -215,8 +218,10 @@ _DYNAMIC_CODE = "<dynamic-code>"
 
 
 def format_remote_exception(exc: BaseException) -> str:
-    """Formats ``exc`` with its traceback, as ``traceback.format_exception`` does, for
-    :class:`RemoteTraceback`; frames of code shipped by value keep their file and source line.
+    """Format ``exc`` with its traceback, as ``traceback.format_exception`` does.
+
+    The text is for :class:`RemoteTraceback`; frames of code shipped by value keep their file
+    and source line.
 
     Env code defined in the user's script reaches a worker by value (cloudpickle), with every
     code object's file name replaced by ``"<dynamic-code>"``; a plain traceback then reads

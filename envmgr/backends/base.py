@@ -86,7 +86,9 @@ class Backend(Protocol):
 
     layout: Layout
 
-    def start(self) -> list[Ready]: ...
+    def start(self) -> list[Ready]:
+        """Build every group; return each group's start-up answer, in group order."""
+        ...
 
     def attach(
         self,
@@ -95,20 +97,46 @@ class Backend(Protocol):
         ragged: Any = None,
         info_row_bytes: int = ROW_BYTES,
     ) -> SharedBuffers:
-        """The batch arrays; ``ragged``: the manager's
-        :class:`~envmgr.protocol.ragged.RaggedOptions` for a Sequence/Graph space;
-        ``info_row_bytes``: the info columns' bytes per env."""
+        """Make the batch arrays, attach the groups to them and return them.
+
+        ``ragged``: the manager's :class:`~envmgr.protocol.ragged.RaggedOptions` for a
+        Sequence/Graph space; ``info_row_bytes``: the info columns' bytes per env.
+        """
         ...
 
-    def post(self, commands: Mapping[int, Command]) -> None: ...
+    def post(self, commands: Mapping[int, Command]) -> None:
+        """Send ``commands`` (by group) to their groups, all pickled before any is sent."""
+        ...
 
     def post_step(
         self, groups: Sequence[int], seq: int, ship: bool, actions: Any, ids: np.ndarray | None
-    ) -> None: ...
+    ) -> None:
+        """Place a batch step's actions and wake ``groups``: the hot path.
+
+        Args:
+            groups: The groups to step.
+            seq: The step's sequence number, which the answers echo.
+            ship: Whether the groups send their timer trees with the answer.
+            actions: The actions of the envs stepped.
+            ids: The env indices ``actions`` are for, or ``None`` for the whole batch.
+        """
+        ...
 
     def wait(
         self, seqs: Mapping[int, int], timeout: float | None, need: int | None, phase: str
-    ) -> WaitResult: ...
+    ) -> WaitResult:
+        """Wait for the answers to ``seqs`` (group -> seq) and collect what the groups said.
+
+        Args:
+            seqs: The sequence number each group's answer echoes.
+            timeout: Seconds to wait at most (``None``: no limit); a group past it is lost.
+            need: How many groups to wait for (``None``: all of them).
+            phase: What the groups were asked to do, for messages.
+
+        Returns:
+            The answers, lost groups and errors found.
+        """
+        ...
 
     def wait_step(self, seq: int, timeout: float | None) -> WaitResult | None:
         """Wait for batch step ``seq`` of every group, as :meth:`wait` does.
@@ -120,49 +148,72 @@ class Backend(Protocol):
         ...
 
     def ready(self, seqs: Mapping[int, int], need: int) -> list[int] | None:
-        """First-ready's usual case, without a deadline: the ``need`` groups of ``seqs``
-        (group -> seq) that finished first, when their answers are all in the batch
-        arrays; ``None`` means "use :meth:`wait`" (a backend may always say so)."""
+        """Return the first ``need`` groups done, when their answers are all in the batch arrays.
+
+        First-ready's usual case, without a deadline: the ``need`` groups of ``seqs`` (group ->
+        seq) that finished first. ``None`` means "use :meth:`wait`" (a backend may always say
+        so).
+        """
         ...
 
-    def replace(self, g: int, timeout: float | None) -> Ready | LostGroup: ...
+    def replace(self, g: int, timeout: float | None) -> Ready | LostGroup:
+        """Start a new group in place of group ``g``: its start-up answer, or its loss."""
+        ...
 
     def recyclable(self) -> Sequence[int]:
         """The groups with a process of their own, which recycling may replace."""
         ...
 
     def retire(self, g: int, seq: int) -> None:
-        """Stop healthy group ``g`` for a planned replacement: its envs closed (``seq``:
-        the command's), within ``close_timeout``; :meth:`replace` ends what is left."""
+        """Stop healthy group ``g`` for a planned replacement.
+
+        Its envs are closed (``seq``: the command's), within ``close_timeout``; :meth:`replace`
+        ends what is left.
+        """
         ...
 
     def resident_bytes(self, g: int) -> int | None:
-        """Group ``g``'s resident set size in bytes, as last read (``None``: not known
-        yet). Called at most every few hundred milliseconds; it must not wait."""
+        """Return group ``g``'s resident set size in bytes, as last read.
+
+        ``None``: not known yet. Called at most every few hundred milliseconds; it must not
+        wait.
+        """
         ...
 
     def abandon(self, g: int, why: str) -> bool:
-        """After an interrupt (not an error) cut :meth:`replace` of group ``g`` off: leave
-        the group lost, whatever step of the replacement it reached, so that the next
-        wait finds it so (saying ``why``) and the front end replaces it again. ``False``
-        if this backend cannot, and the manager is then broken."""
+        """Leave group ``g`` lost after an interrupt cut its :meth:`replace` off.
+
+        After an interrupt (not an error), whatever step of the replacement it reached, the
+        group is left lost so that the next wait finds it so (saying ``why``) and the front end
+        replaces it again. ``False`` if this backend cannot, and the manager is then broken.
+        """
         ...
 
-    def where(self, g: int) -> str: ...
+    def where(self, g: int) -> str:
+        """Return group ``g``'s name in messages (``"worker 1 (envs 2-3)"``)."""
+        ...
 
-    def timer_name(self, g: int) -> str: ...
+    def timer_name(self, g: int) -> str:
+        """Return the name of group ``g``'s node in the merged timer tree."""
+        ...
 
-    def shutdown(self, graceful: bool) -> None: ...
+    def shutdown(self, graceful: bool) -> None:
+        """Stop every group and free the batch arrays; ``graceful``: let the envs close first."""
+        ...
 
     def disown(self) -> None:
-        """In a child forked from the process that started the groups: forget them without
-        stopping them (they are the parent's), so that nothing at this process's exit does."""
+        """Forget the groups without stopping them, in a forked child.
+
+        In a child forked from the process that started the groups, the groups are the parent's,
+        so nothing at this process's exit may stop them.
+        """
         ...
 
 
 def remote_exception(err: ErrorResponse, where: str, envs: range) -> BaseException:
-    """The exception a group reported, as its own type where it unpickles and is an
-    ``Exception``, else a WorkerError.
+    """Return the exception a group reported.
+
+    It is of its own type where it unpickles and is an ``Exception``, else a WorkerError.
 
     A note names the group, the env and the phase; raise it ``from
     RemoteTraceback(err.traceback)``.
@@ -203,9 +254,11 @@ _CARRIES = {
 
 
 def unsendable(cmd: Any, exc: Exception) -> ValueError:
-    """The error for ``cmd``, which did not pickle (``exc``): it names what the caller
-    passed. A backend pickles every command of a call before it sends any, so that the
-    groups and the manager are left as they were."""
+    """Return the error for ``cmd``, which did not pickle (``exc``).
+
+    It names what the caller passed. A backend pickles every command of a call before it sends
+    any, so that the groups and the manager are left as they were.
+    """
     what = _CARRIES.get(type(cmd).__name__, type(cmd).__name__)
     return ValueError(f"{what} cannot be sent to the workers: {exc}")
 

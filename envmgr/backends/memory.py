@@ -14,8 +14,11 @@ _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
 def resident_bytes(pid: int | str = "self") -> int | None:
-    """Process ``pid``'s resident set size in bytes (``statm``'s second field times the
-    page size); ``None`` where there is no ``/proc`` or the process is gone."""
+    """Return process ``pid``'s resident set size in bytes.
+
+    It is ``statm``'s second field times the page size; ``None`` where there is no ``/proc`` or
+    the process is gone.
+    """
     try:
         with open(f"/proc/{pid}/statm", "rb") as f:
             return int(f.read().split()[1]) * _PAGE

@@ -134,15 +134,20 @@ BENCH_PROG = "envmgr bench"
 
 
 def _bench_argv(extra: Sequence[str]) -> list[str]:
-    """The suite's arguments: it names itself ``envmgr bench`` (in usage, errors and the
-    command it echoes) and, as by its own default, writes to the current directory unless
-    ``--out`` says where, never into the checkout it runs from."""
+    """Return the throughput suite's arguments.
+
+    The suite names itself ``envmgr bench`` (in usage, errors and the command it echoes) and, as
+    by its own default, writes to the current directory unless ``--out`` says where, never into
+    the checkout it runs from.
+    """
     return ["--prog", BENCH_PROG, *extra]
 
 
 def _bench(args: argparse.Namespace) -> int:
-    """Run the throughput suite (``python -m benchmarks.suites.throughput``) of the source
-    tree in a child interpreter, passing the arguments on; its exit code."""
+    """Run the source tree's throughput suite in a child interpreter; return its exit code.
+
+    The suite is ``python -m benchmarks.suites.throughput``; the arguments are passed on.
+    """
     import subprocess
 
     root = Path(__file__).resolve().parents[2]

@@ -23,6 +23,7 @@ class Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line on stderr (exit code 2), without the usage block."""
 
     def error(self, message: str) -> NoReturn:
+        """Report a usage error in one line on stderr and exit with the usage exit code."""
         usage_error(self, message)
         raise SystemExit(EXIT_USAGE)
 
@@ -37,10 +38,12 @@ def usage_error(parser: argparse.ArgumentParser, message: str) -> int:
 
 
 def one_line_text(text: str) -> str:
+    """Return ``text`` on one line, its runs of whitespace made single spaces."""
     return " ".join(text.split())
 
 
 def one_line(exc: BaseException) -> str:
+    """Return ``exc``'s message on one line, or its type's name when it has none."""
     return one_line_text(str(exc)) or type(exc).__name__
 
 
@@ -66,6 +69,7 @@ non_negative_int = whole_number(0)
 
 
 def positive_seconds(text: str) -> float:
+    """Parse a number of seconds greater than 0 (an argparse ``type``)."""
     try:
         value = float(text)
     except ValueError:
@@ -76,6 +80,7 @@ def positive_seconds(text: str) -> float:
 
 
 def fraction(text: str) -> float:
+    """Parse a fraction in ``[0, 1)`` (an argparse ``type``)."""
     try:
         value = float(text)
     except ValueError:

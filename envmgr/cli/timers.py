@@ -100,6 +100,7 @@ _FILE_HELP = "a timers.json written by envmgr or ML-Agents ('-' reads standard i
 
 
 def add_timers_parsers(sub: Any) -> None:
+    """Add the ``timers`` command and its actions to the subcommands ``sub``."""
     timers_parser = sub.add_parser(
         "timers",
         help="read a timers.json: show it, fold it for flame graphs, plot it, summarise workers",

@@ -51,6 +51,7 @@ def _tune(args: argparse.Namespace) -> int:
 
 
 def add_tune_parser(sub: Any) -> None:
+    """Add the ``tune`` command and its options to the subcommands ``sub``."""
     tune = sub.add_parser(
         "tune",
         help="measure every layout for an env on this machine; print the fastest make() call",

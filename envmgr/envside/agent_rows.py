@@ -297,6 +297,7 @@ class ParallelRowsFactory:
     done_on: str = "all"
 
     def __call__(self, k: int) -> ParallelEnvRows:
+        """Return ``k`` envs as one ``ParallelEnvRows``."""
         return ParallelEnvRows(
             [self.env_fn] * k, self.layout, self.autoreset_mode, done_on=self.done_on
         )
@@ -357,6 +358,10 @@ class ParallelEnvRows(gym.vector.VectorEnv):  # type: ignore[type-arg]
     def reset(
         self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Any, dict[str, Any]]:
+        """Reset the envs (those in ``options["reset_mask"]``); env ``k`` gets ``seed + k``.
+
+        ``seed`` may instead be a list with one seed per env.
+        """
         opts = dict(options or {})
         mask = opts.pop("reset_mask", None)
         seeds = (
@@ -373,6 +378,7 @@ class ParallelEnvRows(gym.vector.VectorEnv):  # type: ignore[type-arg]
         return self._batch(), infos
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Step every env with its agents' actions; envs autoreset here, in the mode given."""
         n = self.num_envs
         rewards = np.zeros(n)
         infos: dict[str, Any] = {}
@@ -431,6 +437,7 @@ class ParallelEnvRows(gym.vector.VectorEnv):  # type: ignore[type-arg]
         }
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """Call method ``name`` of each env (or read attribute ``name``); one result per env."""
         out = []
         for env in self.envs:
             attr = getattr(env, name)
@@ -438,15 +445,18 @@ class ParallelEnvRows(gym.vector.VectorEnv):  # type: ignore[type-arg]
         return tuple(out)
 
     def get_attr(self, name: str) -> tuple[Any, ...]:
+        """Return attribute ``name`` of each env."""
         return tuple(getattr(env, name) for env in self.envs)
 
     def set_attr(self, name: str, values: Any) -> None:
+        """Set attribute ``name`` of each env: one value for all, or a list/tuple with one each."""
         if not isinstance(values, (list, tuple)):
             values = [values] * self.num_envs
         for env, value in zip(self.envs, values, strict=True):
             setattr(env, name, value)
 
     def close_extras(self, **kwargs: Any) -> None:
+        """Close every env."""
         for env in self.envs:
             env.close()
 
@@ -627,8 +637,10 @@ class ParallelEnvRows(gym.vector.VectorEnv):  # type: ignore[type-arg]
     def _put_rows(
         self, k: int, g: int, slots: list[int], values: list[Any], agents: Sequence[str]
     ) -> None:
-        """Write checked observations into env ``k``'s ``slots`` of group ``g``; ``agents``
-        names them in messages."""
+        """Write checked observations into env ``k``'s ``slots`` of group ``g``.
+
+        ``agents`` names them in messages.
+        """
         leaf = self._obs_leaves[g]
         if isinstance(leaf, np.ndarray):
             leaf[k, slots] = values
@@ -679,8 +691,9 @@ def _take(batch: Any, k: int, s: int) -> Any:
 
 
 class SlotValues:
-    """A variable-size observation (``Sequence``, ``Graph``) per slot and env, kept as
-    values: the manager's ragged store lays them out in shared memory.
+    """A variable-size observation (``Sequence``, ``Graph``) per slot and env, kept as values.
+
+    The manager's ragged store lays them out in shared memory.
 
     Args:
         space: One agent's observation space.

@@ -188,8 +188,10 @@ class EnvGroup(ABC):
         self.info_writer = None if arena is None else InfoWriter(arena)
 
     def attach_ragged(self, store: RaggedStore) -> None:
-        """Write observations into ``store`` from now on (a re-laid, larger one), starting
-        with the latest ones, so every row it holds is current."""
+        """Write observations into ``store`` (a re-laid, larger one) from now on.
+
+        It starts with the latest ones, so every row it holds is current.
+        """
         self.views["observations"] = self.ragged = store
         self.shared_obs = True
         latest = self.latest_observations()
@@ -215,9 +217,11 @@ class EnvGroup(ABC):
         return RaggedSpill(tuple(store.spilled), tuple(store.wants))
 
     def ready(self, pid: int) -> Ready:
-        """The start-up answer: spaces, metadata, a spec plain ``pickle`` can carry, and
-        the start-up's timer tree (its own node in the parent, not charged to the first
-        command); the group's clock then starts afresh."""
+        """Return the start-up answer, then start the group's clock afresh.
+
+        The answer holds the spaces, metadata, a spec plain ``pickle`` can carry, and the
+        start-up's timer tree (its own node in the parent, not charged to the first command).
+        """
         self.timers.calls = 1  # the start-up, one call
         root, gauges = self.timers.take()
         spec = self.env_spec
@@ -310,8 +314,11 @@ def unbatched(infos: dict[str, Any], n: int) -> Infos:
 
 
 def write_batch(views: dict[str, Any], obs: Any) -> None:
-    """Copy a batch of observations into the views (one copy per field), refusing a field
-    whose shape differs or whose dtype would change its values (as SyncVectorEnv would)."""
+    """Copy a batch of observations into the views, one copy per field.
+
+    A field whose shape differs or whose dtype would change its values is refused (as
+    SyncVectorEnv would).
+    """
     out = views["observations"]
     _check_batch(out, obs, "observations")
     copy_tree(out, obs)

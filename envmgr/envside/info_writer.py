@@ -161,10 +161,10 @@ class InfoWriter:
         return left
 
     def _write_uniform(self, infos: Infos) -> bool:
-        """The usual MuJoCo or Atari batch: every env said exactly the keys the columns
-        hold, each a scalar of its column's type. Written in one assignment, with no
-        per-env staging; ``False`` sends the batch the general way (which writes every
-        row again).
+        """Write the usual MuJoCo or Atari batch in one assignment, with no per-env staging.
+
+        In such a batch every env said exactly the keys the columns hold, each a scalar of its
+        column's type. ``False`` sends the batch the general way (which writes every row again).
 
         ``infos`` has a pair for every env, so in env order.
         """
@@ -179,8 +179,10 @@ class InfoWriter:
         return True
 
     def split_vector(self, infos: dict[str, Any]) -> Infos:
-        """:meth:`split` for a hosted VectorEnv's vector info dict: its numeric arrays
-        (with their ``_key`` masks) are the columns, one copy each."""
+        """Run :meth:`split` for a hosted VectorEnv's vector info dict.
+
+        Its numeric arrays (with their ``_key`` masks) are the columns, one copy each.
+        """
         self._full_block = None  # the masks are the env's own here
         slots, pickled, n = self._slots, self._pickled, self.n
         left: dict[str, Any] = {}
@@ -260,9 +262,10 @@ class InfoWriter:
 
 
 class _Block:
-    """Every column a scalar: the group's rows seen as records with one field per column,
-    so a uniform batch is checked and written in a few C-level passes instead of a
-    Python pass per key.
+    """The group's rows seen as records with one field per column, when every column is a scalar.
+
+    A uniform batch is then checked and written in a few C-level passes instead of a Python pass
+    per key.
 
     Args:
         keys: The columns' keys, in the order of ``types``.
@@ -285,8 +288,10 @@ class _Block:
 
     @classmethod
     def of(cls, slots: dict[str, _Slot], arena: np.ndarray) -> _Block | None:
-        """The block of ``slots``, or ``None`` if there are none or a column holds arrays
-        (those batches go the general way)."""
+        """Return the block of ``slots``.
+
+        ``None`` if there are none or a column holds arrays (those batches go the general way).
+        """
         if not slots or any(s.shape for s in slots.values()):
             return None
         keys = list(slots)
@@ -303,9 +308,11 @@ class _Block:
         return cls(keys, [s.type for s in slots.values()], records)
 
     def write(self, infos: Infos) -> bool:
-        """Write a batch with a pair for every env; ``False`` (maybe some rows written) if
-        an env said other keys or a value of another type, or one that does not fit (a
-        Python int beyond int64)."""
+        """Write a batch with a pair for every env.
+
+        ``False`` (maybe some rows written) if an env said other keys or a value of another
+        type, or one that does not fit (a Python int beyond int64).
+        """
         width, get = self.width, self.get
         try:
             rows = [get(info) for _, info in infos if len(info) == width]

@@ -61,9 +61,11 @@ def _package(entry: Any) -> str | None:
 
 
 def registrations() -> bytes:
-    """This process's registry entries that gymnasium does not make, with the imported
-    packages they come from, cloudpickled; an entry that does not pickle is left out (a
-    factory naming it fails as it did before)."""
+    """Return this process's registry entries that gymnasium does not make, cloudpickled.
+
+    The entries travel with the imported packages they come from; an entry that does not pickle
+    is left out (a factory naming it fails as it did before).
+    """
     specs = tuple(s for s in gym.registry.values() if not _gymnasium_own(s))
     if not specs:
         return b""
@@ -78,8 +80,11 @@ def registrations() -> bytes:
 
 
 def install(blob: bytes) -> None:
-    """Import the packages of ``blob`` (from :func:`registrations`), then register each of
-    its specs whose id is not registered here; ids this process has keep their own spec."""
+    """Import the packages of ``blob`` (from :func:`registrations`), then register its specs.
+
+    Only specs whose id is not registered here are registered; ids this process has keep their
+    own spec.
+    """
     if not blob:
         return
     packages, specs = cloudpickle.loads(blob)

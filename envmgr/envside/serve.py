@@ -179,8 +179,10 @@ def error_response(
 
 
 def unsendable_answer(index: int, answer: Any, phase: str, exc: BaseException) -> ErrorResponse:
-    """What group ``index`` sends instead of an ``answer`` that failed to pickle with
-    ``exc`` (an info or call result that cannot leave the process)."""
+    """Return what group ``index`` sends instead of an ``answer`` that failed to pickle.
+
+    ``exc`` is the pickling error (an info or call result that cannot leave the process).
+    """
     seq = getattr(answer, "seq", -1)
     return error_response(index, seq, None, f"{phase} (sending the result)", exc)
 

@@ -87,6 +87,7 @@ class SingleEnvGroup(EnvGroup):
         self._write_obs: Callable[[list[Any]], None] | None = None
 
     def attach(self, views: dict[str, Any]) -> None:
+        """Write results into ``views`` from now on, with the observation writer that fits them."""
         super().attach(views)
         obs = views.get("observations")
         if self.ragged is not None:
@@ -95,10 +96,12 @@ class SingleEnvGroup(EnvGroup):
             self._write_obs = None if obs is None else _make_writer(obs)
 
     def attach_ragged(self, store: RaggedStore) -> None:
+        """Write observations into ``store`` (a re-laid, larger one) from now on."""
         self._write_obs = self._write_ragged
         super().attach_ragged(store)
 
     def latest_observations(self) -> list[Any] | None:
+        """The latest observation of each env, or ``None`` before every env has one."""
         return None if any(o is None for o in self._obs) else self._obs
 
     def _actions(self, actions: Any) -> Any:
@@ -123,6 +126,7 @@ class SingleEnvGroup(EnvGroup):
         return list(iterate(self._batch_action_space, actions))
 
     def step(self, actions: Any) -> Infos:
+        """Step every env with its row of ``actions``; results go to ``views``."""
         t_start = perf_counter()
         actions = self._actions(actions)
         envs, mode, autoreset = self.envs, self.mode, self.autoreset
@@ -193,8 +197,10 @@ class SingleEnvGroup(EnvGroup):
         return infos
 
     def _check_info(self, i: int, info: Any) -> None:
-        """Refuse an info that is no mapping here, where the env is known (written to the
-        batch, it would fail in the parent or the info columns, naming no env)."""
+        """Refuse an info that is no mapping here, where the env is known.
+
+        Written to the batch, it would fail in the parent or the info columns, naming no env.
+        """
         if not isinstance(info, Mapping):
             raise TypeError(
                 f"env {self.offset + i} returned an info of type {type(info).__name__}: "
@@ -232,8 +238,10 @@ class SingleEnvGroup(EnvGroup):
         raise exc
 
     def _explain_bad_scalar(self, exc: Exception) -> None:
-        """Name the env whose reward or flag is not one number (numpy's message names none);
-        raised as numpy's own error type, which ``SyncVectorEnv`` would raise too."""
+        """Name the env whose reward or flag is not one number (numpy's message names none).
+
+        Raised as numpy's own error type, which ``SyncVectorEnv`` would raise too.
+        """
         rows = (("reward", self._rew), ("terminated", self._term), ("truncated", self._trunc))
         for what, values in rows:
             for i, value in enumerate(values):
@@ -256,6 +264,7 @@ class SingleEnvGroup(EnvGroup):
         mask: Sequence[bool] | None,
         autoreset_next: bool = False,
     ) -> Infos:
+        """Reset the envs (those in ``mask``); observations go to ``views``."""
         t_start = perf_counter()
         infos: Infos = []
         t_env = 0.0
@@ -285,6 +294,7 @@ class SingleEnvGroup(EnvGroup):
     def call(
         self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], ids: Sequence[int] | None
     ) -> tuple[Any, ...]:
+        """Call method (or read attribute) ``name`` of the envs ``ids``, through their wrappers."""
         results = []
         for i in self._ids(ids):
             self.current_env = i
@@ -294,6 +304,7 @@ class SingleEnvGroup(EnvGroup):
         return tuple(results)
 
     def set_attr(self, name: str, values: Sequence[Any], ids: Sequence[int] | None) -> None:
+        """Set attribute ``name`` of the envs ``ids``, one value each, through wrappers."""
         for i, value in zip(self._ids(ids), values, strict=True):
             self.current_env = i
             self.envs[i].set_wrapper_attr(name, value)
@@ -306,6 +317,7 @@ class SingleEnvGroup(EnvGroup):
         kwargs: dict[str, Any],
         ids: Sequence[int] | None,
     ) -> tuple[Any, ...]:
+        """Return ``fn(env, *args, **kwargs)`` for each env ``ids``."""
         results = []
         for i in self._ids(ids):
             self.current_env = i
@@ -314,11 +326,13 @@ class SingleEnvGroup(EnvGroup):
         return tuple(results)
 
     def observations(self) -> Any:
+        """Each env's latest observation; with a ragged store, what it could not hold."""
         if self.ragged is not None:
             return self.ragged_spill()
         return tuple(self._obs)
 
     def close(self) -> None:
+        """Close every env once, ignoring errors from ``close``."""
         for env in self.envs:
             try:
                 env.close()

@@ -66,6 +66,7 @@ class VectorEnvGroup(EnvGroup):
         self._calls = 0
 
     def step(self, actions: Any) -> Infos:
+        """Step the hosted VectorEnv with ``actions``; results go to ``views``."""
         n = self.n
         t0 = perf_counter()
         if self._reset_next:
@@ -116,6 +117,7 @@ class VectorEnvGroup(EnvGroup):
         mask: Sequence[bool] | None,
         autoreset_next: bool = False,
     ) -> Infos:
+        """Reset the hosted VectorEnv (its envs in ``mask``); observations go to ``views``."""
         t0 = perf_counter()
         opts = dict(options) if options else {}
         if mask is not None:
@@ -136,8 +138,10 @@ class VectorEnvGroup(EnvGroup):
     def call(
         self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], ids: Sequence[int] | None
     ) -> tuple[Any, ...]:
-        """The hosted env's ``call(name)`` (one result per env, as ``SyncVectorEnv``'s);
-        for a VectorEnv without ``call``, ``name`` of the hosted env itself, once per env."""
+        """Return the hosted env's ``call(name)``: one result per env, as ``SyncVectorEnv``'s.
+
+        For a VectorEnv without ``call``, ``name`` of the hosted env itself, once per env.
+        """
         env = self.env
         if hasattr(env, "call"):
             results = tuple(env.call(name, *args, **kwargs))
@@ -147,8 +151,10 @@ class VectorEnvGroup(EnvGroup):
         return results if ids is None else tuple(results[i] for i in ids)
 
     def set_attr(self, name: str, values: Sequence[Any], ids: Sequence[int] | None) -> None:
-        """The hosted env's ``set_attr``; without one, ``name`` of the hosted env itself
-        (all values must then be equal)."""
+        """Set attributes through the hosted env's ``set_attr``.
+
+        Without one, ``name`` of the hosted env itself is set (all values must then be equal).
+        """
         env = self.env
         if not hasattr(env, "set_attr"):
             if len({repr(v) for v in values}) > 1:
@@ -173,6 +179,7 @@ class VectorEnvGroup(EnvGroup):
         kwargs: dict[str, Any],
         ids: Sequence[int] | None,
     ) -> tuple[Any, ...]:
+        """Refuse: ``apply`` runs a function on single envs, and this group hosts one VectorEnv."""
         raise TypeError(
             "apply() runs a function on single envs; this group hosts one VectorEnv: "
             "use call() to reach it"
@@ -193,9 +200,11 @@ class VectorEnvGroup(EnvGroup):
         return [row_of(space, obs, i) for i in range(self.n)]
 
     def latest_observations(self) -> list[Any] | None:
+        """The latest observation of each env, or ``None`` before the first reset."""
         return None if self._obs is None else self._rows(self._obs)
 
     def observations(self) -> Any:
+        """Each env's latest observation; with a ragged store, what it could not hold."""
         if self.ragged is not None:
             return self.ragged_spill()
         from gymnasium.vector.utils import batch_space, iterate
@@ -203,6 +212,7 @@ class VectorEnvGroup(EnvGroup):
         return tuple(iterate(batch_space(self.single_observation_space, self.n), self._obs))
 
     def close(self) -> None:
+        """Close the hosted VectorEnv."""
         _close(getattr(self, "env", None))
         self.env = None
 

@@ -1,5 +1,6 @@
-"""The front end's action check: one :class:`~envmgr.frontend.validation.ActionChecker`
-per batch size.
+"""The front end's action check.
+
+One :class:`~envmgr.frontend.validation.ActionChecker` per batch size.
 
 ``check_actions`` picks the mode (``"safe"``, ``"strict"``, ``"off"``); a checker
 is compiled once per batch size (the whole batch for ``step``, a few groups for

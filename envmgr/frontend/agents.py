@@ -239,6 +239,7 @@ class AgentVectorEnv(gym.vector.VectorEnv):  # type: ignore[type-arg]
         seed: int | Sequence[int | None] | None = None,
         options: dict[str, Any] | None = None,
     ) -> tuple[Any, dict[str, Any]]:
+        """Reset the envs; return the observations and infos of their agent rows."""
         obs, infos = self.manager.reset(seed=seed, options=self._rows.env_mask(options, self.slots))
         rows_obs, _, _, _, rows_infos = self._one(
             obs, np.zeros(self.num_parallel_envs, np.bool_), infos
@@ -246,14 +247,17 @@ class AgentVectorEnv(gym.vector.VectorEnv):  # type: ignore[type-arg]
         return rows_obs, rows_infos
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Step every env with the actions of its agent rows; return the rows' batch."""
         m = self._to_manager(actions, self.num_parallel_envs)
         obs, _, _, truncs, infos = self.manager.step(m)
         return self._one(obs, truncs, infos)
 
     def step_async(self, actions: Any) -> None:
+        """Send the actions of the agent rows to the envs, without waiting."""
         self.manager.step_async(self._to_manager(actions, self.num_parallel_envs))
 
     def step_wait(self, timeout: float | None = None) -> Any:
+        """Wait for the step ``step_async`` sent; return the rows' batch."""
         obs, _, _, truncs, infos = self.manager.step_wait(timeout)
         return self._one(obs, truncs, infos)
 
@@ -268,8 +272,11 @@ class AgentVectorEnv(gym.vector.VectorEnv):  # type: ignore[type-arg]
         self.manager.send(self._to_manager(actions, count), env_ids)
 
     def recv(self, batch_size: int | None = None, timeout: float | None = None) -> Any:
-        """The first envs to finish: ``(obs, rewards, terminations, truncations, infos,
-        env_ids)`` over their agent rows; ``env_ids`` are env indices, rows follow them."""
+        """Return the first envs to finish, over their agent rows.
+
+        The result is ``(obs, rewards, terminations, truncations, infos, env_ids)``; ``env_ids``
+        are env indices, rows follow them.
+        """
         obs, _, _, truncs, infos, ids = self.manager.recv(batch_size, timeout)
         return (*self._one(obs, truncs, infos, ids), ids)
 
@@ -282,6 +289,7 @@ class AgentVectorEnv(gym.vector.VectorEnv):  # type: ignore[type-arg]
         return tuple(self.manager.call(name))
 
     def close_extras(self, **kwargs: Any) -> None:
+        """Close the manager underneath."""
         self.manager.close(**kwargs)
 
     def __enter__(self) -> AgentVectorEnv:
@@ -333,6 +341,10 @@ class AgentGroupsVectorEnv:
         seed: int | Sequence[int | None] | None = None,
         options: dict[str, Any] | None = None,
     ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Reset the envs; return the observations and infos of each group's rows.
+
+        A ``reset_mask`` in ``options`` must hold one flag per env.
+        """
         if options and options.get("reset_mask") is not None:
             mask = np.asarray(options["reset_mask"], dtype=np.bool_)
             if mask.shape != (self.num_parallel_envs,):
@@ -345,6 +357,7 @@ class AgentGroupsVectorEnv:
         return {g: b[0] for g, b in batches.items()}, {g: b[4] for g, b in batches.items()}
 
     def step(self, actions: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+        """Step every env with each group's actions; return the five results, each by group."""
         m = self._rows.actions(actions, self.num_parallel_envs)
         obs, _, _, truncs, infos = self.manager.step(m)
         batches = self._rows.unpack(obs, truncs, infos)

@@ -86,8 +86,11 @@ class FirstReady:
     def recv(
         self, batch_size: int | None = None, timeout: float | None = None
     ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any], np.ndarray]:
-        """:meth:`~envmgr.frontend.vector_env.BatchedVectorEnv.recv`: ``(obs, rewards,
-        terminations, truncations, infos, env_ids)`` of the first groups done."""
+        """Return the first groups done, for the manager's ``recv``.
+
+        This is :meth:`~envmgr.frontend.vector_env.BatchedVectorEnv.recv`; the result is ``(obs,
+        rewards, terminations, truncations, infos, env_ids)`` of those groups.
+        """
         session = self._session
         backend = session.require_usable("recv")
         inflight = session.state.in_flight
@@ -126,9 +129,11 @@ class FirstReady:
 
 
 def _groups_to_wait_for(batch_size: int, sizes: list[int]) -> int:
-    """How many of the in-flight groups (of ``sizes`` envs) to wait for: enough to hold
-    ``batch_size`` envs whichever finish first (so the smallest count), all when they
-    hold fewer."""
+    """Return how many of the in-flight groups (of ``sizes`` envs) to wait for.
+
+    Enough to hold ``batch_size`` envs whichever finish first (so the smallest count), all when
+    they hold fewer.
+    """
     held = 0
     for k, size in enumerate(sorted(sizes), 1):
         held += size

@@ -83,9 +83,11 @@ class InfoColumns:
         ack_word(self.arena, self.layout.starts[g])[0] = 0
 
     def batch(self) -> dict[str, Any] | None:
-        """The whole batch's vector infos from the columns alone (what :func:`merge` gives
-        for ``read(None)`` and no pairs), when the groups with columns lay them out alike:
-        the usual step. ``None`` when they differ (then ``merge(read(None), ...)``)."""
+        """Return the whole batch's vector infos from the columns alone: the usual step.
+
+        This is what :func:`merge` gives for ``read(None)`` and no pairs, when the groups with
+        columns lay them out alike. ``None`` when they differ (then ``merge(read(None), ...)``).
+        """
         plan = self._plan
         return None if plan is None else _copy_out(plan, self._absent)
 
@@ -155,8 +157,10 @@ def _planned(rows: np.ndarray, column: Column) -> Planned:
 
 
 def _copy_out(plan: list[Planned], absent: bytes) -> dict[str, Any]:
-    """The vector info dict of the planned columns that some row has (``absent``: the
-    bytes of a mask no row has): fresh copies of each key's values and mask."""
+    """Return the vector info dict of the planned columns that some row has.
+
+    Each key's values and mask are fresh copies; ``absent`` is the bytes of a mask no row has.
+    """
     infos: dict[str, Any] = {}
     for column, mask_key, values, mask in plan:
         m = mask.copy()
@@ -237,8 +241,10 @@ def _merge_by_key(
 def _build(
     infos: dict[str, Any], key: str, items: list[tuple[int, Any]], n: int, add_info: AddInfo
 ) -> bool:
-    """Fill ``infos[key]`` and its mask in one go, as ``_add_info`` would; ``False`` if
-    the values are not all alike (then the caller adds them one by one)."""
+    """Fill ``infos[key]`` and its mask in one go, as ``_add_info`` would.
+
+    ``False`` if the values are not all alike (then the caller adds them one by one).
+    """
     first = items[0][1]
     kind = type(first)
     if key == "final_obs" or any(type(v) is not kind for _, v in items):

@@ -199,8 +199,10 @@ def hosted_autoreset_mode(metadata: Mapping[str, Any], options: Mapping[str, Any
 
 
 def count(name: str, value: Any) -> Any:
-    """``value`` as a plain ``int`` (a numpy integer too), or ``None``; anything else, or
-    less than 1, is refused naming ``name``."""
+    """Return ``value`` as a plain ``int`` (a numpy integer too), or ``None``.
+
+    Anything else, or less than 1, is refused naming ``name``.
+    """
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, Integral) or value < 1:
@@ -219,8 +221,9 @@ _SIZE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)\s*", re.IGNORECASE)
 
 
 def memory_size(name: str, value: Any) -> int | None:
-    """``value`` as a number of bytes, or ``None``; what is not a size is refused naming
-    ``name``.
+    """Return ``value`` as a number of bytes, or ``None``.
+
+    What is not a size is refused naming ``name``.
 
     Args:
         name: The argument, for the message.

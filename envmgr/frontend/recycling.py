@@ -1,5 +1,7 @@
-"""Recycling: a healthy group replaced once it has stepped ``max_worker_steps`` batches or
-its resident memory passed ``max_worker_memory``. A planned restart::
+"""Recycling: a healthy group replaced once it reaches a step or memory limit.
+
+A group is replaced once it has stepped ``max_worker_steps`` batches or its resident memory
+passed ``max_worker_memory``. A planned restart::
 
     step() returns batch t  -> Recycler.end_of_step(batch): the step counted; at most every
                                MEMORY_READ_SECONDS, the groups' RSS (backend.resident_bytes)

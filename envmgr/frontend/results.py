@@ -111,9 +111,11 @@ class BatchReader:
     def read_group_rows(
         self, groups: list[int]
     ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any], np.ndarray]:
-        """``recv``'s usual answer: the rows of ``groups`` (ascending), their env ids and
-        their column infos (no answers, so nothing pickled); fresh arrays. Only with
-        observations in the arrays (see :meth:`read_shared`)."""
+        """Return ``recv``'s usual answer, in fresh arrays: the rows of ``groups`` and their infos.
+
+        The rows of ``groups`` (ascending), their env ids and their column infos (no answers, so
+        nothing pickled). Only with observations in the arrays (see :meth:`read_shared`).
+        """
         b = self.buffers
         if len(groups) == 1:
             g = groups[0]
@@ -173,8 +175,11 @@ class BatchReader:
         return obs, rewards, terms, truncs, infos if not infos else rows_of_info(infos, ids), ids
 
     def _observations_ragged(self, answers: dict[int, Any], ids: np.ndarray | None) -> Any:
-        """:meth:`observations` of a Sequence/Graph space: each answering group's spilled
-        rows replace what its store holds, and what they need is noted in :attr:`grows`."""
+        """Return :meth:`observations` of a Sequence/Graph space.
+
+        Each answering group's spilled rows replace what its store holds, and what they need is
+        noted in :attr:`grows`.
+        """
         stores = self.buffers.ragged
         for g, a in answers.items():
             spill = None if a is None else a.observations
@@ -200,8 +205,11 @@ class BatchReader:
         return merge(columns.read_columns(groups), (), self.layout.num_envs, self.add_info)
 
     def adopt(self, g: int, answer: Any) -> None:
-        """Group ``g`` was replaced between calls (recycled): its info columns are forgotten,
-        then laid out as its replacement's ``answer`` (``None``: none yet) says."""
+        """Take in group ``g``'s replacement, made between calls (recycled).
+
+        Its info columns are forgotten, then laid out as its replacement's ``answer`` (``None``:
+        none yet) says.
+        """
         self.columns.forget(g)
         if answer is not None and answer.info_schema is not None:
             self.columns.update(g, answer.info_schema)
@@ -234,6 +242,7 @@ class BatchReader:
         return obs, rewards, terms, truncs, self.infos(answers, replaced, ids)
 
     def observations(self, answers: dict[int, Any], ids: np.ndarray | None) -> Any:
+        """Return the batch's observations, or those of the envs ``ids`` when given."""
         per_env = self.per_env
         if per_env is None:
             if ids is not None:
@@ -257,8 +266,9 @@ class BatchReader:
         replaced: dict[int, tuple[range, str]],
         rows: np.ndarray | None = None,
     ) -> dict[str, Any]:
-        """Gymnasium's vector infos of the columns and answers, then the restart notes,
-        cut to ``rows``.
+        """Return Gymnasium's vector infos of the columns and answers, then the restart notes.
+
+        The infos are cut to ``rows``.
 
         Only the answering groups' columns are read; a replaced group's columns are
         forgotten first.

@@ -127,9 +127,11 @@ class Session:
         return self.seq
 
     def timeout(self, timeout: float | None) -> float | None:
-        """``timeout``, or the manager's ``step_timeout`` when it is ``None``; a bad one is
-        refused before anything waits (a deadline that passes at once would end a
-        healthy worker)."""
+        """Return ``timeout``, or the manager's ``step_timeout`` when it is ``None``.
+
+        A bad one is refused before anything waits (a deadline that passes at once would end a
+        healthy worker).
+        """
         return self.step_timeout if timeout is None else seconds("timeout", timeout)
 
     # ================================================================ call order
@@ -197,8 +199,11 @@ class Session:
         need: int | None = None,
         resets: Mapping[int, Reset] | None = None,
     ) -> tuple[dict[int, Any], Replaced]:
-        """Wait for the answers to ``seqs`` (group -> seq; the first ``need``), then
-        :meth:`settle` them; ``label`` names the call in messages (default: ``kind``'s)."""
+        """Wait for the answers to ``seqs`` (group -> seq; the first ``need``), then settle them.
+
+        :meth:`settle` takes them in; ``label`` names the call in messages (default:
+        ``kind``'s).
+        """
         got = self.backend.wait(seqs, timeout, need, label or kind.value)
         return self.resolve_answers(got, kind, resets)
 
@@ -350,8 +355,10 @@ class Session:
             charged = True
 
     def _adopt(self, g: int, answer: StepResponse | None) -> None:
-        """A recycled group's replacement: its info columns are its own (its reset's
-        answer, the one the caller is not given, says which)."""
+        """Take in a recycled group's replacement: its info columns are its own.
+
+        Its reset's answer, the one the caller is not given, says which.
+        """
         reader = self.reader
         if reader is not None:
             reader.adopt(g, answer)
@@ -506,9 +513,11 @@ class Session:
     # ================================================================ shutdown
 
     def close_under_call(self) -> None:
-        """Closed from another thread while a call is inside: mark the manager closed and
-        stop its groups, so that the call's wait ends and it raises ClosedManagerError
-        (:meth:`settle`) instead of reading, or restarting, what close frees."""
+        """Mark the manager closed and stop its groups, while another thread's call is inside.
+
+        Closed from another thread, the call's wait ends and it raises ClosedManagerError
+        (:meth:`settle`) instead of reading, or restarting, what close frees.
+        """
         self.state = CLOSED
         for g in self.groups:
             try:
@@ -517,8 +526,10 @@ class Session:
                 pass  # a group with no process to stop (the caller's): nothing to end
 
     def check_not_closed_under(self, name: str) -> None:
-        """Raise ClosedManagerError if another thread closed the manager while ``name``
-        (a call, or a restart in one) waited."""
+        """Raise ClosedManagerError if another thread closed the manager while ``name`` waited.
+
+        ``name`` is a call, or a restart in one.
+        """
         if self.state is CLOSED:
             raise ClosedManagerError(
                 f"{self.owner} was closed by another thread while its {name} waited"

@@ -219,8 +219,10 @@ class State:
 
 
 def _flying(seqs: dict[int, int]) -> State:
-    """:meth:`State.flying` of a dict nobody else holds: wrapped, not copied again (send
-    and recv make a transition each, on the hot path)."""
+    """Return :meth:`State.flying` of a dict nobody else holds, wrapped, not copied again.
+
+    Send and recv make a transition each, on the hot path.
+    """
     return State(IN_FLIGHT_PHASE, in_flight=MappingProxyType(seqs)) if seqs else IDLE
 
 

@@ -178,8 +178,11 @@ class ActionChecker:
     def _batch_array(
         self, x: Any, p: str, shape: tuple[int, ...], space: gym.Space[Any]
     ) -> np.ndarray:
-        """``x`` as an array of shape ``(num_envs,) + shape``, or the error AsyncVectorEnv's
-        type would be: ``TypeError`` for a single value, ``ValueError`` for a wrong count."""
+        """Return ``x`` as an array of shape ``(num_envs,) + shape``.
+
+        Otherwise raise the error AsyncVectorEnv's type would: ``TypeError`` for a single value,
+        ``ValueError`` for a wrong count.
+        """
         try:
             a = x if type(x) is np.ndarray else np.asarray(x)
         except ValueError as exc:  # ragged nested lists

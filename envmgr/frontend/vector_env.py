@@ -4,8 +4,9 @@
 made of parts that share one :class:`~envmgr.frontend.session.Session` (the one
 state, sequence numbers, waits, restarts, timers): :class:`~envmgr.frontend.calls.Calls`
 for per-env calls and :class:`~envmgr.frontend.first_ready.FirstReady` for
-``send``/``recv``; reset, step and close are here. A backend
-(:mod:`envmgr.backends.base`) only moves commands and answers. One step::
+``send``/``recv``; start-up and close are :mod:`envmgr.frontend.lifecycle`'s; reset and
+step are here. A backend (:mod:`envmgr.backends.base`) only moves commands and answers.
+One step::
 
     step(actions)
       step_async: ActionChecks.check_batch -> backend.post_step(all groups, seq)
@@ -27,39 +28,19 @@ raises :class:`~envmgr.errors.BrokenManagerError` caused by that failure;
 from __future__ import annotations
 
 import functools
-import os
-import threading
-import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
-from gymnasium import logger
-from gymnasium.vector import AutoresetMode, VectorEnv
-from gymnasium.vector.utils import batch_space
 
 from envmgr import timers
-from envmgr.backends.base import Backend
-from envmgr.errors import BusyManagerError, SpaceMismatchError, WorkerFailure
-from envmgr.frontend.action_checks import ActionChecks
-from envmgr.frontend.calls import Calls
-from envmgr.frontend.first_ready import FirstReady
-from envmgr.frontend.options import (
-    DEFAULT_START_TIMEOUT,
-    DEFAULT_TIMER_INTERVAL,
-    FrontEndOptions,
-    count,
-    hosted_autoreset_mode,
-    memory_size,
-    ragged_options,
-)
-from envmgr.frontend.recycling import RECYCLED_INFO_KEY, Recycler
-from envmgr.frontend.restarts import RestartBudget
-from envmgr.frontend.results import RESTARTED_INFO_KEY, BatchReader
-from envmgr.frontend.session import Batch, Session
-from envmgr.frontend.state import CLOSED, IDLE, CallKind, PendingCall, State
-from envmgr.protocol.info_columns import ROW_BYTES
-from envmgr.protocol.messages import Ready
+from envmgr.errors import BusyManagerError
+from envmgr.frontend.lifecycle import ManagerLifecycle, open_managers
+from envmgr.frontend.options import FrontEndOptions
+from envmgr.frontend.recycling import RECYCLED_INFO_KEY
+from envmgr.frontend.results import RESTARTED_INFO_KEY
+from envmgr.frontend.session import Batch
+from envmgr.frontend.state import IDLE, CallKind, PendingCall
 
 __all__ = [
     "BatchedVectorEnv",
@@ -73,8 +54,9 @@ _Method = TypeVar("_Method", bound=Callable[..., Any])
 
 
 def one_thread_at_a_time(method: _Method) -> _Method:
-    """Refuse ``method`` with :class:`~envmgr.errors.BusyManagerError` while another
-    thread is inside a call to the same manager.
+    """Refuse ``method`` while another thread is inside a call to the same manager.
+
+    The refusal is a :class:`~envmgr.errors.BusyManagerError`.
 
     Without it two threads stepping one manager each pass the idle check and read the
     other's batch, with no error. The lock is reentrant, so ``reset`` may call
@@ -96,156 +78,21 @@ def one_thread_at_a_time(method: _Method) -> _Method:
     return guarded  # type: ignore[return-value]
 
 
-#: Every manager opened in this process and not closed (for the fork hook below, and
-#: the local managers' exit hook).
-_OPEN: weakref.WeakSet[BatchedVectorEnv] = weakref.WeakSet()
-
-_Manager = TypeVar("_Manager", bound="BatchedVectorEnv")
-
-
-def open_managers(kind: type[_Manager]) -> list[_Manager]:
-    """The managers of class ``kind`` opened in this process and not closed."""
-    return [m for m in list(_OPEN) if isinstance(m, kind)]
-
-
-def _disown_after_fork() -> None:
-    """In a forked child: each inherited manager is the parent's, so calls are refused
-    and nothing here may stop its workers or free its segment (an exit's ``close()``
-    would otherwise end the parent's workers)."""
-    for manager in list(_OPEN):
-        manager._session.state = State.forked_copy(type(manager).__name__, manager._owner_pid)
-        if manager._backend is not None:
-            manager._backend.disown()
-
-
-os.register_at_fork(after_in_child=_disown_after_fork)
-
-
-class BatchedVectorEnv(VectorEnv):  # type: ignore[type-arg]
+class BatchedVectorEnv(ManagerLifecycle):
     """A ``VectorEnv`` over groups of envs run by a backend; the managers subclass it.
 
-    A subclass builds its backend and calls :meth:`_open` with it.
+    A subclass builds its backend and calls :meth:`_open` with it; opening and closing
+    are :class:`~envmgr.frontend.lifecycle.ManagerLifecycle`'s, the calls are here.
     """
-
-    #: What several groups are called in messages ("workers", "actors").
-    group_noun = "workers"
-    #: What one group is called in messages and timer names ("worker", "actor").
-    group_noun_singular = "worker"
-    _backend: Backend | None = None
-    #: Set by :meth:`_open`; the manager is closed until its groups have all started.
-    _session: Session
-    #: Held by the thread inside a public call (see :func:`one_thread_at_a_time`).
-    _turn: threading.RLock
-    #: The public call the thread holding ``_turn`` entered last, for the refusal message.
-    _busy_with = ""
-    #: The process that opened the manager: only it may stop the groups.
-    _owner_pid = -1
-
-    def _open(
-        self,
-        backend: Backend,
-        options: FrontEndOptions,
-        *,
-        autoreset_mode: str | AutoresetMode,
-        step_timeout: float | None,
-    ) -> None:
-        """Start ``backend``'s groups and take their spaces; the caller shuts down on failure."""
-        self._turn = threading.RLock()
-        self._owner_pid = os.getpid()
-        self._backend = backend
-        layout = backend.layout
-        self.num_envs = layout.num_envs
-        self.copy = copy = options.get("copy", True)
-        self.autoreset_mode = AutoresetMode(autoreset_mode)
-        self.check_actions = check_actions = options.get("check_actions", "safe")
-        self.max_restarts = options.get("max_restarts", 0)
-        self.restart_window = options.get("restart_window")
-        self._budget = RestartBudget(layout.n_groups, self.max_restarts, self.restart_window)
-        self.step_timeout = step_timeout
-        self.start_timeout = options.get("start_timeout", DEFAULT_START_TIMEOUT)
-        self.max_worker_steps = count("max_worker_steps", options.get("max_worker_steps"))
-        self.max_worker_memory = memory_size("max_worker_memory", options.get("max_worker_memory"))
-        limits = (self.max_worker_steps, self.max_worker_memory)
-        recycler = None if limits == (None, None) else Recycler(backend, *limits)
-        self._session = session = Session(
-            backend,
-            owner=type(self).__name__,
-            noun=self.group_noun_singular,
-            nouns=self.group_noun,
-            budget=self._budget,
-            step_timeout=step_timeout,
-            start_timeout=self.start_timeout,
-            timer_interval=options.get("timer_interval", DEFAULT_TIMER_INTERVAL),
-            shutdown=self._shutdown,
-            recycler=recycler,
-        )
-        self.failures: list[WorkerFailure] = session.failures
-        # Start-up is a node of its own, so it is not charged to the first reset or step.
-        with timers.hierarchical_timer(f"start_{self.group_noun}") as started:
-            readies = backend.start()
-            self._adopt(readies, options)
-            buffers = backend.attach(
-                self.single_observation_space,
-                self.single_action_space,
-                ragged_options(options),
-                options.get("info_bytes_per_env", ROW_BYTES),
-            )
-        session.merge_start(started, dict(enumerate(readies)))
-        #: How Sequence/Graph parts of the observations come back (``"gymnasium"``/``"padded"``).
-        self.ragged = options.get("ragged", "gymnasium")
-        reader = BatchReader(
-            buffers,
-            layout,
-            self.single_observation_space,
-            copy,
-            self._add_info,
-            padded=self.ragged == "padded",
-        )
-        self._actions = ActionChecks(
-            self.single_action_space, layout, self.group_noun_singular, check_actions
-        )
-        self._calls = Calls(session)
-        self._first_ready = FirstReady(session, self._actions)
-        session.opened(buffers, reader, self.autoreset_mode)
-        _OPEN.add(self)
-
-    def _adopt(self, readies: list[Ready], options: FrontEndOptions) -> None:
-        """Take the spaces and metadata the groups reported; they must agree."""
-        first = readies[0]
-        for g, r in enumerate(readies[1:], 1):
-            for kind in ("observation_space", "action_space"):
-                if getattr(r, kind) != getattr(first, kind):
-                    raise SpaceMismatchError(
-                        f"{self._where(g)} has {kind} {getattr(r, kind)}, "
-                        f"but {self.group_noun_singular} 0 (env 0) has {getattr(first, kind)}"
-                    )
-        self.single_observation_space = first.observation_space
-        self.single_action_space = first.action_space
-        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
-        self.action_space = batch_space(self.single_action_space, self.num_envs)
-        self.metadata = dict(first.metadata)
-        if options.get("vector_fn") is not None:
-            self.autoreset_mode = hosted_autoreset_mode(first.metadata, options)
-        self.metadata["autoreset_mode"] = self.autoreset_mode
-        self.render_mode = first.render_mode
-        self.spec = first.spec
 
     # ================================================================ state
 
     @property
-    def closed(self) -> bool:  # type: ignore[override]  # Gymnasium's is a plain attribute
-        """Whether the manager takes no more calls (closed by the user, or broken)."""
-        session = getattr(self, "_session", None)
-        return session is None or session.state.closed
-
-    def _where(self, g: int) -> str:
-        assert self._backend is not None
-        return self._backend.where(g)
-
-    @property
     def recycles(self) -> list[int]:
-        """Planned replacements so far (``max_worker_steps``, ``max_worker_memory``), per
-        group, as ``restarts`` counts failures (a copy)."""
+        """Planned replacements so far per group (a copy), as ``restarts`` counts failures.
+
+        A planned replacement is one for ``max_worker_steps`` or ``max_worker_memory``.
+        """
         recycler = self._session.recycler
         return [0] * self._session.layout.n_groups if recycler is None else list(recycler.recycles)
 
@@ -353,15 +200,19 @@ class BatchedVectorEnv(VectorEnv):  # type: ignore[type-arg]
 
     @one_thread_at_a_time
     def get_attr(self, name: str, env_ids: Sequence[int] | None = None) -> tuple[Any, ...]:
-        """Attribute ``name`` of each env (of ``env_ids``), found through the wrappers;
-        a method is called with no arguments and its result given, as Gymnasium's
-        ``AsyncVectorEnv.get_attr`` does."""
+        """Return attribute ``name`` of each env (of ``env_ids``), found through the wrappers.
+
+        A method is called with no arguments and its result given, as Gymnasium's
+        ``AsyncVectorEnv.get_attr`` does.
+        """
         return self.call(name, env_ids=env_ids)
 
     @property
     def np_random_seed(self) -> tuple[int, ...]:  # type: ignore[override]
-        """Each env's ``np_random_seed``, as ``SyncVectorEnv``/``AsyncVectorEnv`` give it
-        (the base ``VectorEnv``'s own generator is seeded by nothing here)."""
+        """Each env's ``np_random_seed``, as ``SyncVectorEnv``/``AsyncVectorEnv`` give it.
+
+        The base ``VectorEnv``'s own generator is seeded by nothing here.
+        """
         return self.get_attr("np_random_seed")
 
     @property  # type: ignore[misc]  # read-only, as in SyncVectorEnv
@@ -390,8 +241,10 @@ class BatchedVectorEnv(VectorEnv):  # type: ignore[type-arg]
 
     @one_thread_at_a_time
     def set_attr(self, name: str, values: Any, env_ids: Sequence[int] | None = None) -> None:
-        """Set attribute ``name`` of each env (of ``env_ids``): one value for all, or a list/tuple
-        with one per chosen env."""
+        """Set attribute ``name`` of each env (of ``env_ids``).
+
+        ``values`` is one value for all, or a list/tuple with one per chosen env.
+        """
         self._calls.set_attr(name, values, env_ids)
 
     # ================================================================ first-ready
@@ -450,105 +303,17 @@ class BatchedVectorEnv(VectorEnv):  # type: ignore[type-arg]
 
     @one_thread_at_a_time
     def env_step_seconds(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(seconds, steps)``: cumulative ``env.step`` seconds and counts per env, copies of
-        shape ``(num_envs,)``. Two arrays, not tree nodes (1,000 envs cost 16 kB); the tree
-        holds their sum per group."""
+        """Return ``(seconds, steps)``: cumulative ``env.step`` seconds and counts per env.
+
+        Both are copies of shape ``(num_envs,)``. Two arrays, not tree nodes (1,000 envs cost 16
+        kB); the tree holds their sum per group.
+        """
         session = self._session
         session.require_usable("env_step_seconds")
         session.flush_timers()  # groups publish per-env times when their tree ships
         buffers = session.buffers
         assert buffers is not None
         return buffers.env_seconds.copy(), buffers.env_steps.copy()
-
-    # ================================================================ shutdown
-
-    def close(self, **kwargs: Any) -> None:
-        """Stop every group and free the batch arrays. Idempotent; safe after failures.
-
-        Closing with a call pending warns as ``AsyncVectorEnv`` does; the call is dropped.
-        """
-        self._close(clean=True)
-
-    def _close(self, clean: bool) -> None:
-        """Stop everything. ``clean``: no exception is leaving a ``with`` block, so a pending
-        call is warned about (an exception says more) and unshipped timings are pulled."""
-        session: Session | None = getattr(self, "_session", None)
-        if self._forked_copy():
-            if session is not None and not session.state.closed:
-                session.state = State.forked_copy(type(self).__name__, self._owner_pid)
-            return
-        turn: threading.RLock | None = getattr(self, "_turn", None)
-        held = turn is not None and turn.acquire(False)
-        if held:
-            self._busy_with = "close"  # what another thread's refused call is told
-        try:
-            if session is None:
-                return
-            if turn is not None and not held:
-                # close() is never refused. Another thread is inside a call: its groups
-                # are stopped under it, so that its wait ends (in ClosedManagerError),
-                # and the arrays it reads are freed only once it has left, or after
-                # close_timeout if it does not.
-                session.close_under_call()
-                held = turn.acquire(timeout=self._close_timeout())
-                return
-            if not clean:
-                return
-            pending = session.state.call
-            if pending is not None:
-                # stacklevel: the warning points at the caller of close() or of __exit__.
-                logger.warn(
-                    f"Calling `close` while waiting for a pending call to "
-                    f"`{pending.kind.value}` to complete.",
-                    stacklevel=3,
-                )
-            elif session.state is IDLE:
-                try:
-                    # Bounded: timings are a courtesy at close, never a reason to hang.
-                    session.flush_timers(self._close_timeout())
-                except Exception:
-                    pass
-        finally:
-            self._shutdown(graceful=True)
-            _OPEN.discard(self)
-            if session is not None:
-                session.state = CLOSED
-            if held:
-                turn.release()  # type: ignore[union-attr]
-
-    def _close_timeout(self) -> float:
-        return float(getattr(self._backend, "close_timeout", 5.0))
-
-    def close_extras(self, **kwargs: Any) -> None:
-        """Part of gymnasium's ``VectorEnv.close`` protocol; :meth:`close` does the work."""
-        self._shutdown(graceful=True)
-
-    def _forked_copy(self) -> bool:
-        """Whether this process is a fork of the one that opened the manager (checked on
-        the way out, where the fork hook may not have run: a fork made from C code)."""
-        return self._owner_pid not in (-1, os.getpid())
-
-    def _shutdown(self, graceful: bool) -> None:
-        if self._forked_copy():
-            return
-        session: Session | None = getattr(self, "_session", None)
-        if session is not None:
-            session.release(graceful)
-
-    def __enter__(self) -> Any:
-        return self
-
-    def __exit__(self, exc_type: object, *exc: object) -> None:
-        # An exception leaving the block (Ctrl-C above all) may have cut a pipe read off
-        # mid-message: ask the groups for nothing more (no timer flush), just stop them.
-        self._close(clean=exc_type is None)
-
-    def __del__(self) -> None:
-        # Safety net only: the interpreter may be half torn down here.
-        try:
-            self._shutdown(graceful=False)
-        except Exception:
-            pass
 
     def _repr_fields(self) -> str:
         return ""

@@ -259,8 +259,10 @@ class EnvmgrVecEnv(VecEnv):
         wrapper_class: type[gym.Wrapper],  # type: ignore[type-arg]
         indices: VecEnvIndices = None,
     ) -> list[bool]:
-        """Whether each chosen env has ``wrapper_class`` in its wrapper chain (asked by
-        import path, so the workers need not import it: ``sb3_shim.class_ref``)."""
+        """Whether each chosen env has ``wrapper_class`` in its wrapper chain.
+
+        Asked by import path, so the workers need not import it: ``sb3_shim.class_ref``.
+        """
         return self._run(indices, remote.is_wrapped, remote.class_ref(wrapper_class))
 
     def has_attr(self, attr_name: str) -> bool:
@@ -313,14 +315,18 @@ def _targets(
     fn: Callable[..., Any],
     args: tuple[Any, ...],
 ) -> list[Any]:
-    """``fn(user env, *args)`` for envs ``env_ids``, in that order (an env named twice runs
-    twice); only the workers owning those envs are contacted."""
+    """Run ``fn(user env, *args)`` for envs ``env_ids``, in that order; return the results.
+
+    An env named twice runs twice; only the workers owning those envs are contacted.
+    """
     return list(manager.apply(remote.on_user_env, fn, *args, env_ids=env_ids))
 
 
 def _worker_count(num_envs: int, n_workers: int | None) -> int | None:
-    """``n_workers`` checked against ``num_envs``; ``None`` leaves the manager's default
-    (``min(num_envs, cpu_count)``)."""
+    """Return ``n_workers`` checked against ``num_envs``.
+
+    ``None`` leaves the manager's default (``min(num_envs, cpu_count)``).
+    """
     if n_workers is None:
         return None
     if isinstance(n_workers, bool) or not isinstance(n_workers, int) or n_workers < 1:

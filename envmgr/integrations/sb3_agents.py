@@ -61,15 +61,22 @@ class AgentsVecEnv(VecEnv):
         super().__init__(envs.num_envs, envs.single_observation_space, envs.single_action_space)
 
     def reset(self) -> VecEnvObs:
+        """Reset the envs (seeded by the last ``seed`` call, once); return the rows' obs."""
         obs, infos = self.agents.reset(seed=self._seed)
         self._seed = None
         self.reset_infos = _row_infos(infos, self.num_envs)
         return obs
 
     def step_async(self, actions: np.ndarray) -> None:
+        """Keep the actions for ``step_wait``."""
         self._actions = actions
 
     def step_wait(self) -> VecEnvStepReturn:
+        """Step the envs with the kept actions; return SB3's ``(obs, rewards, dones, infos)``.
+
+        A row that is done carries ``TimeLimit.truncated`` and, when it has one,
+        ``terminal_observation``.
+        """
         obs, rewards, terms, truncs, infos = self.agents.step(self._actions)
         dones = terms | truncs
         rows = _row_infos(infos, self.num_envs)
@@ -86,26 +93,31 @@ class AgentsVecEnv(VecEnv):
         return [None if seed is None else seed + r // self.slots for r in range(self.num_envs)]
 
     def close(self) -> None:
+        """Close the envs and their manager."""
         self.agents.close()
 
     def _envs_of(self, indices: VecEnvIndices) -> list[int]:
         return [r // self.slots for r in self._get_indices(indices)]
 
     def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list[Any]:
+        """Return attribute ``attr_name`` of the env of each chosen row."""
         values = self.agents.manager.call(attr_name)
         return [values[e] for e in self._envs_of(indices)]
 
     def set_attr(self, attr_name: str, value: Any, indices: VecEnvIndices = None) -> None:
+        """Set attribute ``attr_name`` to ``value`` on the envs of the chosen rows."""
         envs = sorted(set(self._envs_of(indices)))
         self.agents.manager.set_attr(attr_name, [value] * len(envs), env_ids=envs)
 
     def env_method(
         self, method_name: str, *method_args: Any, indices: VecEnvIndices = None, **kwargs: Any
     ) -> list[Any]:
+        """Call method ``method_name`` of the env of each chosen row."""
         values = self.agents.manager.call(method_name, *method_args, **kwargs)
         return [values[e] for e in self._envs_of(indices)]
 
     def env_is_wrapped(self, wrapper_class: type, indices: VecEnvIndices = None) -> list[bool]:
+        """Return ``False`` per chosen row: its env is a PettingZoo env, not a wrapped gym env."""
         return [False for _ in self._get_indices(indices)]
 
 

@@ -82,8 +82,9 @@ def pack(info: dict[str, Any]) -> dict[str, Any]:
 
 
 def decode(vinfos: dict[str, Any]) -> dict[int, dict[str, Any]]:
-    """Each env's info dict, as its env returned it, from the manager's vector infos;
-    only envs that have one.
+    """Return each env's info dict, as its env returned it, from the manager's vector infos.
+
+    Only envs that have one are in the result.
 
     Runs every step of an SB3 rollout: each key's values are taken out of their array
     at once (``tolist`` gives Python scalars, iterating gives numpy ones), not one
@@ -134,6 +135,7 @@ class SB3Shim(gym.Wrapper):  # type: ignore[type-arg]
         self._envmgr_index = index
 
     def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
+        """Step the env, packing its info: numbers by type, the rest opaque."""
         obs, reward, terminated, truncated, info = self.env.step(action)
         # An empty info stays empty, so a plain CartPole step still pickles nothing.
         return obs, reward, terminated, truncated, (pack(info) if info else {})
@@ -141,6 +143,7 @@ class SB3Shim(gym.Wrapper):  # type: ignore[type-arg]
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Any, dict[str, Any]]:
+        """Reset the env with its own entry of per-env reset options, packing its info."""
         if options is not None and INFO_KEY in options:
             options = options[INFO_KEY][self._envmgr_index]
         # As SubprocVecEnv's worker: options are passed only when there are some.
@@ -162,6 +165,7 @@ class ShimFactory:
         self.index = index
 
     def __call__(self) -> SB3Shim:
+        """Build the env (patching an old gym env as SB3 does) and wrap it in ``SB3Shim``."""
         env = self.env_fn()
         if not isinstance(env, gym.Env):
             # An old gym env: SB3 converts it with shimmy, as SubprocVecEnv's worker
@@ -225,9 +229,11 @@ def _path(cls: type) -> str:
 
 
 def is_wrapped(env: gym.Env[Any, Any], wrapper: str | bytes) -> bool:
-    """Whether the class ``wrapper`` names (:func:`class_ref`) is in the env's wrapper
-    chain, as SB3's ``is_wrapped`` (by path: a wrapper whose class or one of its bases
-    has that path; a virtual subclass registered with an ABC is not seen)."""
+    """Whether the class ``wrapper`` names (:func:`class_ref`) is in the env's wrapper chain.
+
+    As SB3's ``is_wrapped``, but by path: a wrapper whose class or one of its bases has that
+    path; a virtual subclass registered with an ABC is not seen.
+    """
     cls = cloudpickle.loads(wrapper) if isinstance(wrapper, bytes) else None
     current: Any = env
     while isinstance(current, gym.Wrapper):

@@ -32,9 +32,11 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 
 
 def default_group_count(num_envs: int | None, default_groups: int | None = None) -> int:
-    """The one default group count: ``min(num_envs, G)``, ``G`` the core count (or
-    ``default_groups``: Ray's alive nodes); ``G`` when ``num_envs`` is not known yet
-    (a single factory given only a group size)."""
+    """Return the one default group count: ``min(num_envs, G)``.
+
+    ``G`` is the core count (or ``default_groups``: Ray's alive nodes); ``G`` alone when
+    ``num_envs`` is not known yet (a single factory given only a group size).
+    """
     limit = max(1, default_groups or os.cpu_count() or 1)
     return limit if num_envs is None else min(num_envs, limit)
 

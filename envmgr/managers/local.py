@@ -248,9 +248,11 @@ class SubprocessEnvManager(BatchedVectorEnv):
 
     @property
     def restarts(self) -> list[int]:
-        """The restarts so far per group, as a copy. Each worker, then with ``caller_envs``
-        the caller's block, which has no process to replace (always 0), as group indices
-        count in messages and infos."""
+        """The restarts so far per group, as a copy.
+
+        Each worker, then with ``caller_envs`` the caller's block, which has no process to
+        replace (always 0), as group indices count in messages and infos.
+        """
         return list(self._budget.restarts)
 
     @property

@@ -1,5 +1,6 @@
-"""``envmgr.make``: a registered env id -> a :class:`SubprocessEnvManager`, as
-``gymnasium.make_vec`` makes a ``SyncVectorEnv`` or ``AsyncVectorEnv``.
+"""``envmgr.make``: a registered env id -> a :class:`SubprocessEnvManager`.
+
+It is made as ``gymnasium.make_vec`` makes a ``SyncVectorEnv`` or ``AsyncVectorEnv``.
 
 The arguments are ``make_vec``'s: env keyword arguments go to the env, the manager's options
 go in ``vector_kwargs``, and ``n_workers`` (how many processes share the envs) is a keyword of
@@ -57,6 +58,7 @@ class SpecEnvFactory:
         self.wrappers = wrappers
 
     def __call__(self) -> gym.Env[Any, Any]:
+        """Build the env from its spec, applying the wrappers in order."""
         env = gym.make(self.spec, **self.env_kwargs)
         for wrap in self.wrappers:
             wrapped = wrap(env)
@@ -73,8 +75,10 @@ class SpecEnvFactory:
 
 
 class SpecVectorEnvFactory:
-    """``n -> gymnasium.make_vec(spec, n, mode, wrappers=..., **env_kwargs)``: one batched env
-    per worker, for ``vectorization_mode="sync"`` or ``"vector_entry_point"``.
+    """Factory of one batched env per worker, made with ``gymnasium.make_vec``.
+
+    It is ``n -> gymnasium.make_vec(spec, n, mode, wrappers=..., **env_kwargs)``, for
+    ``vectorization_mode="sync"`` or ``"vector_entry_point"``.
 
     A plain class (not a closure) so its repr says what it builds and it pickles small.
     """
@@ -92,6 +96,7 @@ class SpecVectorEnvFactory:
         self.wrappers = wrappers
 
     def __call__(self, num_envs: int) -> gym.vector.VectorEnv[Any, Any, Any]:
+        """Build ``num_envs`` envs as one VectorEnv with ``gymnasium.make_vec``."""
         envs = gym.make_vec(
             self.spec,
             num_envs=num_envs,

@@ -339,8 +339,10 @@ class RayEnvManager(BatchedVectorEnv):
 
     @property
     def restarts(self) -> list[int]:
-        """How many times each actor was replaced after a failure (recycles count in
-        ``.recycles``)."""
+        """How many times each actor was replaced after a failure.
+
+        Recycles count in ``.recycles``.
+        """
         return list(self._budget.restarts)
 
     def _shutdown(self, graceful: bool) -> None:

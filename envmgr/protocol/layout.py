@@ -46,10 +46,12 @@ class Layout:
     # Cached: read on every batch step.
     @cached_property
     def num_envs(self) -> int:
+        """The number of envs, over all groups."""
         return sum(self.sizes)
 
     @cached_property
     def n_groups(self) -> int:
+        """The number of groups."""
         return len(self.sizes)
 
     @property
@@ -73,8 +75,11 @@ class Layout:
         }
 
     def group_with_ids(self, env_ids: Any) -> int | None:
-        """The group whose envs are exactly ``env_ids`` (an int64 array, as :meth:`recv`
-        returns them), else ``None``: the per-``send`` shortcut past :meth:`whole_groups`."""
+        """Return the group whose envs are exactly ``env_ids``, else ``None``.
+
+        ``env_ids`` is an int64 array, as :meth:`recv` returns them: the per-``send`` shortcut
+        past :meth:`whole_groups`.
+        """
         if type(env_ids) is not np.ndarray or env_ids.dtype != np.int64 or env_ids.ndim != 1:
             return None
         return self._group_by_ids.get(env_ids.tobytes())
@@ -116,8 +121,9 @@ class Layout:
 
 
 def env_indices(env_ids: Any) -> np.ndarray:
-    """``env_ids`` as an ``int64`` array, refusing what is not integers: a boolean mask
-    would be read as indices 0 and 1, and floats or strings would be cut to ints.
+    """Return ``env_ids`` as an ``int64`` array, refusing what is not integers.
+
+    A boolean mask would be read as indices 0 and 1, and floats or strings would be cut to ints.
 
     Raises:
         TypeError: ``env_ids`` holds something other than integers.

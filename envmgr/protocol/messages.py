@@ -105,8 +105,10 @@ class WorkerConfig:
 @_fast_pickle
 @dataclass(frozen=True, slots=True)
 class Attach:
-    """Attach to the manager's shared memory (sent once, after :class:`Ready`), and to
-    the group's store of a Sequence/Graph observation space (``ragged``)."""
+    """Attach to the manager's shared memory (sent once, after :class:`Ready`).
+
+    It also attaches to the group's store of a Sequence/Graph observation space (``ragged``).
+    """
 
     seq: int
     layout: SharedLayout

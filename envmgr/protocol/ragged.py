@@ -163,9 +163,11 @@ def capacities_for(space: gym.Space[Any], hint: int | Mapping[str, int] | None) 
 
 
 def grown(capacity: int, need: int) -> int:
-    """The capacity a slot grows to when ``need`` elements did not fit in ``capacity``:
-    the next power of two of at least ``need`` and twice the old one, so a row that keeps
-    growing re-lays the store a logarithmic number of times."""
+    """Return the capacity a slot grows to when ``need`` elements did not fit in ``capacity``.
+
+    It is the next power of two of at least ``need`` and twice the old one, so a row that keeps
+    growing re-lays the store a logarithmic number of times.
+    """
     target = max(need, 2 * capacity, 1)
     return 1 << (target - 1).bit_length()
 
@@ -437,8 +439,10 @@ class RaggedStore:
     # ------------------------------------------------------------------ writing
 
     def write_rows(self, values: list[Any], first_env: int = 0) -> bool:
-        """Write one observation per row; ``False`` if some rows did not fit (they are in
-        :attr:`spilled`, their needs in :attr:`wants`). A private store grows instead.
+        """Write one observation per row.
+
+        ``False`` if some rows did not fit (they are in :attr:`spilled`, their needs in
+        :attr:`wants`). A private store grows instead.
 
         Raises:
             ValueError: A value of the wrong structure, shape or dtype, naming the env
@@ -493,8 +497,10 @@ class RaggedStore:
         self.layout, self.leaves, self.header = bigger.layout, bigger.leaves, bigger.header
 
     def load(self, other: RaggedStore) -> None:
-        """Copy every row of ``other`` (the same space and rows) into this store, growing
-        it (if private) to ``other``'s capacities."""
+        """Copy every row of ``other`` (the same space and rows) into this store.
+
+        It grows this store (if private) to ``other``'s capacities.
+        """
         if self._shm is None and any(
             o > c for o, c in zip(other.layout.capacities, self.layout.capacities, strict=True)
         ):

@@ -210,9 +210,11 @@ class SharedBuffers:
         options: RaggedOptions | None,
         shared: bool,
     ) -> None:
-        """Give each group of ``sizes`` (in order, after those already added) its store
-        of the observation space, when that space has Sequence/Graph parts: in new
-        segments (``shared``, workers'), else private and growing in place."""
+        """Give each group of ``sizes`` its store of the observation space.
+
+        Groups are taken in order, after those already added, when the space has Sequence/Graph
+        parts: in new segments (``shared``, workers'), else private and growing in place.
+        """
         space = self.layout.observation_space
         if not fits_ragged(space) or (options is not None and options.mode == "pickled"):
             return
@@ -228,8 +230,10 @@ class SharedBuffers:
                 self.ragged.append(RaggedStore.private(space, n, caps))
 
     def relay(self, g: int, capacities: tuple[int, ...]) -> RaggedLayout:
-        """A larger store for group ``g`` in a new segment, pending until its writer maps
-        it (:meth:`settle`); its layout, for the writer."""
+        """Return the layout of a larger store for group ``g`` in a new segment, for its writer.
+
+        The store is pending until its writer maps it (:meth:`settle`).
+        """
         assert self.ragged is not None
         current = self.ragged[g]
         assert current is not None
@@ -241,8 +245,11 @@ class SharedBuffers:
         return store.layout
 
     def settle(self) -> None:
-        """Read each group from the store its writer maps: a pending store it has attached
-        to (its header says so) replaces the old one, which is freed."""
+        """Read each group from the store its writer maps.
+
+        A pending store it has attached to (its header says so) replaces the old one, which is
+        freed.
+        """
         assert self.ragged is not None
         for g, store in list(self.pending.items()):
             if store.attached:

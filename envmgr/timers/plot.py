@@ -45,8 +45,11 @@ def _layout(
     min_width: float,
     keep_worker_root: bool,
 ) -> list[_Box]:
-    """Places every node: a child starts where its elder sibling ends; when children add up
-    to more than their parent (parallel workers), all of them are shrunk to fit."""
+    """Place every node: a child starts where its elder sibling ends.
+
+    When children add up to more than their parent (parallel workers), all of them are shrunk to
+    fit.
+    """
     root_total = total_seconds(tree)
     boxes: list[_Box] = []
     stack: list[tuple[str, Any, int, float, float, float]] = [

@@ -1,5 +1,6 @@
-"""Reading a timer tree: load and check it, and the node accessors and number formats that
-every view of it (``format``, ``worker_view``, ``plot``) shares.
+"""Reading a timer tree: load and check it, and the shared node accessors and number formats.
+
+Every view of it (``format``, ``worker_view``, ``plot``) shares them.
 
 A node is a dict with ``total`` seconds, an optional ``count``, ``self`` (seconds not covered by
 children), ``is_parallel`` and ``children`` (name -> node); the root may also carry ``name``,
@@ -144,14 +145,17 @@ def load_tree(path: str | PathLike[str]) -> dict[str, Any]:
 
 
 def total_seconds(node: Mapping[str, Any]) -> float:
+    """Return ``node``'s total seconds."""
     return float(node.get("total", 0.0))
 
 
 def node_count(node: Mapping[str, Any]) -> int:
+    """Return ``node``'s count (0 when it has none)."""
     return int(node.get("count", 0) or 0)
 
 
 def child_nodes(node: Mapping[str, Any]) -> dict[str, Any]:
+    """Return ``node``'s children by name (empty when it has none)."""
     return node.get("children") or {}
 
 
@@ -164,8 +168,11 @@ def self_seconds(node: Mapping[str, Any]) -> float:
 
 
 def summing_children(node: Mapping[str, Any]) -> list[tuple[str, Any]]:
-    """Children to use where times are added up: ``worker_root`` is dropped when
-    ``worker_<i>`` siblings exist, because it is exactly their sum."""
+    """Return the children to use where times are added up.
+
+    ``worker_root`` is dropped when ``worker_<i>`` siblings exist, because it is exactly their
+    sum.
+    """
     kids = child_nodes(node)
     if "worker_root" in kids and any(WORKER_RE.fullmatch(k) for k in kids):
         return [(k, v) for k, v in kids.items() if k != "worker_root"]

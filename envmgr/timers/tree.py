@@ -255,6 +255,7 @@ class hierarchical_timer:  # noqa: N801 - used like a function, as in ML-Agents
                     break
 
     def __call__(self, func: FuncT) -> FuncT:
+        """Time every call of ``func`` under this timer's name."""
         name, timer_stack = self._name, self._timer_stack
 
         @functools.wraps(func)

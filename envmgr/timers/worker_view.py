@@ -1,5 +1,6 @@
-"""The per-worker summary of a timer tree: where each worker process spent its time, and
-which worker, if any, held the batch back.
+"""The per-worker summary of a timer tree: where each worker process spent its time.
+
+It also says which worker, if any, held the batch back.
 """
 
 from __future__ import annotations
@@ -36,6 +37,18 @@ STRAGGLER_EXCESS = 0.20
 
 
 class WorkerStats:
+    """One worker's time, summed over the nodes of its trees.
+
+    Attributes:
+        total: Seconds in the worker's trees.
+        env: Seconds in env calls.
+        wait: Seconds waiting for a command.
+        transfer: Seconds sending answers, and of steps and resets outside env calls.
+        env_calls: Env calls of every kind (``env.*`` nodes).
+        env_steps: ``env.step`` calls.
+        env_resets: ``env.reset`` calls.
+    """
+
     __slots__ = ("total", "env", "wait", "transfer", "env_calls", "env_steps", "env_resets")
 
     def __init__(self) -> None:
@@ -43,6 +56,7 @@ class WorkerStats:
         self.env_calls = self.env_steps = self.env_resets = 0
 
     def add(self, node: Mapping[str, Any]) -> None:
+        """Add one of the worker's tree nodes to the sums."""
         self.total += total_seconds(node)
         for name, child in child_nodes(node).items():
             if name == "wait_command":
@@ -72,14 +86,17 @@ class WorkerStats:
 
     @property
     def other(self) -> float:
+        """Seconds in none of env, wait or transfer."""
         return max(0.0, self.total - self.env - self.wait - self.transfer)
 
 
 def _find_workers(
     tree: Mapping[str, Any],
 ) -> tuple[dict[int, WorkerStats], list[tuple[str, float, int]]]:
-    """Per-worker stats summed over every place worker trees were merged, and those places
-    as (path, parent's total, parent's count)."""
+    """Return per-worker stats summed over every place worker trees were merged.
+
+    Those places come too, as (path, parent's total, parent's count).
+    """
     workers: dict[int, WorkerStats] = {}
     places: list[tuple[str, float, int]] = []
     stack: list[tuple[str, Mapping[str, Any]]] = [("", tree)]

@@ -46,7 +46,8 @@ class Group:
 
     ``busy`` is the time in its commands (``step``, ``reset``, ``send_response``, ...), not
     ``wait_command`` and not the node's own time: a group's clock also runs while other
-    layouts are timed, so only the time inside its commands belongs to this layout."""
+    layouts are timed, so only the time inside its commands belongs to this layout.
+    """
 
     name: str
     calls: int
@@ -86,9 +87,11 @@ class Reading:
 
     @property
     def idle_share(self) -> float:
-        """The busiest worker's time per batch not spent on its command, as a share of the
-        loop's time per batch. (A worker's own ``wait_command`` also runs while other layouts
-        are timed, so the loop's clock is the one to divide by.)"""
+        """The busiest worker's idle time per batch, as a share of the loop's time per batch.
+
+        Idle time is the time not spent on its command. (A worker's own ``wait_command`` also
+        runs while other layouts are timed, so the loop's clock is the one to divide by.)
+        """
         batch = self.wait + self.own
         if not self.workers or batch <= 0:
             return 0.0
@@ -128,7 +131,8 @@ def findings(
 
     ``pickled_keys`` are the info keys a step returned that no info column holds (strings,
     dicts, large arrays): without them, a long ``send_response`` is the wake-up of the
-    parent, not pickling."""
+    parent, not pickling.
+    """
     out: list[str] = []
     workers = reading.workers
     lock_step = not layout.first_ready

@@ -51,8 +51,11 @@ class Layout:
     default: bool = False
 
     def label(self, num_envs: int) -> str:
-        """A short name for the table: ``step 2x4``, ``first-ready 2x4``, ``hosted 1x4 +
-        caller 4`` (workers x envs per worker, then the caller's block)."""
+        """Return a short name for the table.
+
+        Such as ``step 2x4``, ``first-ready 2x4``, ``hosted 1x4 + caller 4`` (workers x envs per
+        worker, then the caller's block).
+        """
         kind = "hosted" if self.hosted else ("first-ready" if self.first_ready else "step")
         share = num_envs - self.caller_envs
         if share % self.n_workers == 0:
@@ -99,8 +102,11 @@ def _literal(value: Any) -> str:
 
 
 def _fits_a_column(batch: Any) -> bool:
-    """Whether a merged info value could have come through info columns: numbers of one
-    dtype whose per-env value fits a row (strings and dicts merge into object arrays)."""
+    """Whether a merged info value could have come through info columns.
+
+    Numbers of one dtype whose per-env value fits a row can; strings and dicts merge into object
+    arrays.
+    """
     if not isinstance(batch, np.ndarray) or batch.dtype.kind not in "biufc" or not len(batch):
         return False
     return bool(batch[0].nbytes + 1 <= ROW_BYTES - HEADER_BYTES)

@@ -138,9 +138,12 @@ class _Run:
         self.skipped: list[str] = []
 
     def start_ceilings(self, sizes: Sequence[int], vector: bool) -> bool:
-        """One ceiling of single envs, and one of batched envs if the id has a vector entry
-        point. Returns whether that one runs: if its envs cannot be built here (say, a
-        library it needs is missing), the hosted layouts are left out, with the reason."""
+        """Start a ceiling of single envs, and one of batched envs for a vector entry point.
+
+        The batched one is started if the id has a vector entry point. Returns whether that one
+        runs: if its envs cannot be built here (say, a library it needs is missing), the hosted
+        layouts are left out, with the reason.
+        """
         ctx = mp.get_context(default_start_method())
         spec, kwargs = self.spec, self.env_kwargs
         self.say(f"starting the ceiling: {len(sizes)} processes, {self.num_envs} x {spec.id}")
@@ -168,9 +171,11 @@ class _Run:
             ceiling.close()
 
     def measure(self, layouts: list[Layout], rounds: int, sample: float) -> dict[str, Any]:
-        """Builds the layouts, steps everything in interleaved rounds of ``sample`` seconds
-        each, and returns the timer tree; the layouts are closed before returning (in the
-        timer stack this runs in, so nothing of theirs lands in the caller's)."""
+        """Build the layouts, step them in interleaved rounds, and return the timer tree.
+
+        Each round is ``sample`` seconds long; the layouts are closed before returning (in the
+        timer stack this runs in, so nothing of theirs lands in the caller's).
+        """
         try:
             for layout in layouts:
                 label = layout.label(self.num_envs)

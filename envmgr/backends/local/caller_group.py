@@ -75,17 +75,20 @@ class CallerBackend:
 
     @property
     def worker_pids(self) -> list[int]:
+        """The worker processes' ids (the caller's group has none)."""
         return self.inner.worker_pids
 
     # ================================================================ names
 
     def where(self, g: int) -> str:
+        """Return group ``g``'s name in messages; the caller's group is named by its envs."""
         if g != self.caller:
             return self.inner.where(g)
         r = self.layout.range(g)
         return f"caller (envs {r.start}-{r.stop - 1})"
 
     def timer_name(self, g: int) -> str:
+        """Return the name of group ``g``'s node in the timer tree (the caller's has its own)."""
         return CALLER_TIMER_NAME if g == self.caller else self.inner.timer_name(g)
 
     # ================================================================ start-up
@@ -109,6 +112,11 @@ class CallerBackend:
         ragged: Any = None,
         info_row_bytes: int = ROW_BYTES,
     ) -> SharedBuffers:
+        """Make the workers' batch arrays and attach the caller's group to its rows of them.
+
+        Its store of a Sequence/Graph space is private to this process: it grows in place and
+        never spills.
+        """
         buffers = self.inner.attach(observation_space, action_space, ragged, info_row_bytes)
         r = self.layout.range(self.caller)
         assert self._group is not None
@@ -124,6 +132,7 @@ class CallerBackend:
     # ================================================================ commands
 
     def post(self, commands: Mapping[int, Command]) -> None:
+        """Send the workers' commands; the caller's is kept, to be served in ``wait``."""
         workers = {g: c for g, c in commands.items() if g != self.caller}
         if workers:
             self.inner.post(workers)
@@ -133,6 +142,7 @@ class CallerBackend:
     def post_step(
         self, groups: Sequence[int], seq: int, ship: bool, actions: Any, ids: np.ndarray | None
     ) -> None:
+        """Place the actions and wake the worker groups; the caller's step is served in ``wait``."""
         caller = self.caller
         mine = caller in groups
         if len(groups) == self.layout.n_groups:
@@ -223,25 +233,31 @@ class CallerBackend:
     # ================================================================ failures, shutdown
 
     def replace(self, g: int, timeout: float | None) -> Ready | LostGroup:
-        # The caller group has no process to lose: only workers are ever replaced.
+        """Replace worker group ``g``: the caller's group has no process to lose."""
         return self.inner.replace(g, timeout)
 
     def abandon(self, g: int, why: str) -> bool:
+        """Leave worker group ``g`` lost, as the workers' backend does."""
         return self.inner.abandon(g, why)
 
     def recyclable(self) -> list[int]:
-        return self._workers  # the caller group runs in this process: nothing to recycle
+        """The worker groups: the caller's group runs in this process, with nothing to recycle."""
+        return self._workers
 
     def retire(self, g: int, seq: int) -> None:
+        """Stop worker group ``g`` for a planned replacement."""
         self.inner.retire(g, seq)
 
     def resident_bytes(self, g: int) -> int | None:
+        """Return worker group ``g``'s resident set size in bytes (``None`` for the caller's)."""
         return None if g == self.caller else self.inner.resident_bytes(g)
 
     def disown(self) -> None:
+        """Forget the workers in a forked child, as the workers' backend does."""
         self.inner.disown()
 
     def shutdown(self, graceful: bool) -> None:
+        """Close the caller's group (its envs, in its own timer stack), then stop the workers."""
         group, self._group = self._group, None
         self._queued = None
         try:

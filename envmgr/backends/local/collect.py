@@ -83,8 +83,10 @@ class Collector:
         return None if bell.has_message(done) else done
 
     def forget_woken(self) -> None:
-        """Drop what :meth:`ready` found: a process is being replaced, and a new one may
-        get a closed sentinel's number."""
+        """Drop what :meth:`ready` found.
+
+        A process is being replaced, and a new one may get a closed sentinel's number.
+        """
         self._woken = None
 
     def finished(self, seqs: Mapping[int, int], lost: Mapping[int, LostGroup]) -> list[int]:
@@ -236,10 +238,12 @@ class Collector:
                     break  # older answers (after a timeout) are dropped
 
     def _answer_in_pipe(self, g: int, seq: int, deadline: float | None) -> bool:
-        """Wait until group ``g``'s pipe holds an answer (or its end: a dead worker, which
-        the read then reports); ``False`` if its answer to ``seq`` is wholly written and
-        none is left. A worker writes an answer larger than a pipe holds after its DONE
-        word (see :mod:`envmgr.backends.local.doorbell`): this waits for such an answer.
+        """Wait until group ``g``'s pipe holds an answer (or its end).
+
+        The end of the pipe is a dead worker, which the read then reports. ``False`` if its
+        answer to ``seq`` is wholly written and none is left. A worker writes an answer larger
+        than a pipe holds after its DONE word (see :mod:`envmgr.backends.local.doorbell`): this
+        waits for such an answer.
 
         Raises:
             _AnswerOverdue: Past ``deadline``.

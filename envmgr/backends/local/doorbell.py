@@ -123,8 +123,10 @@ def fence() -> None:
 
 
 def decode_command(word: int) -> tuple[int, int]:
-    """The ``(seq, kind)`` of a ``CMD`` word (``seq << 3 | kind``, stored by
-    :meth:`ParentDoorbell.post_command`)."""
+    """Return the ``(seq, kind)`` of a ``CMD`` word.
+
+    The word is ``seq << 3 | kind``, as stored by :meth:`ParentDoorbell.post_command`.
+    """
     return word >> 3, word & _KIND_MASK
 
 
@@ -189,8 +191,10 @@ class ParentDoorbell:
                     pass  # a dead worker is reported by the wait, with its exit code
 
     def first_done(self, seqs: Mapping[int, int], need: int) -> list[int]:
-        """Up to ``need`` workers of ``seqs`` (worker -> seq) that finished their step:
-        the earliest sent (lowest seq) first when more are done."""
+        """Return up to ``need`` workers of ``seqs`` (worker -> seq) that finished their step.
+
+        When more are done, the earliest sent (lowest seq) come first.
+        """
         words = self.words
         done = [w for w, s in seqs.items() if words[w * _ROW + DONE] >> 1 == s]
         if len(done) > need:
@@ -297,8 +301,10 @@ class ParentDoorbell:
 
 
 class ParentSleeper:
-    """The parent's sleep (a :class:`~envmgr.backends.local.wait.Sleeper`): ``poll`` on the
-    shared wake-up pipe and the worker sentinels, announced in the ``WAITING`` word.
+    """The parent's sleep: ``poll`` on the wake-up pipe and the worker sentinels.
+
+    A :class:`~envmgr.backends.local.wait.Sleeper`; the pipe is shared, and the sleep is
+    announced in the ``WAITING`` word.
 
     Args:
         bell: The parent's doorbell.

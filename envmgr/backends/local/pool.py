@@ -164,8 +164,10 @@ class WorkerPool:
     # ================================================================ starting
 
     def spawn(self, g: int, layout: Any, ragged: Any = None) -> None:
-        """Start worker ``g``'s process and record it as group ``g``'s (in place of the one
-        there, or as the next group); with ``layout`` it attaches to shared memory at once.
+        """Start worker ``g``'s process and record it as group ``g``'s.
+
+        It takes the place of the one there, or becomes the next group; with ``layout`` it
+        attaches to shared memory at once.
 
         Ctrl-C is held back from the fork until the process, its pipe and its sentinel
         are recorded (:func:`ctrl_c_held`), so an interrupt always finds them where
@@ -206,9 +208,10 @@ class WorkerPool:
     # ================================================================ sending
 
     def send(self, g: int, data: memoryview, timeout: float | None, deadline: float) -> None:
-        """Send a pickled command (:func:`pickled`) to group ``g``, waiting at most until
-        ``deadline`` (``monotonic()``,
-        ``timeout`` after the command was posted to all its groups) for it to be taken in.
+        """Send a pickled command (:func:`pickled`) to group ``g``.
+
+        It waits at most until ``deadline`` (``monotonic()``, ``timeout`` after the command was
+        posted to all its groups) for the command to be taken in.
 
         A command larger than the socket's buffer (a big ``set_attr`` value, say) is
         only written as the worker reads it, and a worker still busy with a step that
@@ -386,9 +389,11 @@ class WorkerPool:
         return f"it {how} during {phase}", None
 
     def overran(self, g: int, why: str) -> LostGroup:
-        """Group ``g`` lost for overrunning its time: killed at once, as the README's
-        fault table says. It may be hung, so a graceful close (a broken manager's
-        survivors get ``close_timeout``) would only wait for it."""
+        """Mark group ``g`` lost for overrunning its time, killing it at once.
+
+        This is what the README's fault table says. It may be hung, so a graceful close (a
+        broken manager's survivors get ``close_timeout``) would only wait for it.
+        """
         proc = self.processes[g]
         if proc.is_alive():
             proc.kill()
@@ -406,10 +411,12 @@ class WorkerPool:
     # ================================================================ stopping
 
     def disown(self) -> None:
-        """In a forked child: the workers are the parent's children, not this process's.
-        Taken off multiprocessing's list of children, which a plain ``os.fork()`` child
-        inherits and whose exit handler would otherwise terminate every daemon on it (a
-        child started by multiprocessing clears that list itself)."""
+        """Forget the workers in a forked child: they are the parent's children, not this process's.
+
+        They are taken off multiprocessing's list of children, which a plain ``os.fork()`` child
+        inherits and whose exit handler would otherwise terminate every daemon on it (a child
+        started by multiprocessing clears that list itself).
+        """
         for proc in self.processes:
             multiprocessing.process._children.discard(proc)  # type: ignore[attr-defined]
 

@@ -99,14 +99,17 @@ class ProcessBackend:
     # ================================================================ names
 
     def where(self, g: int) -> str:
+        """Return group ``g``'s name in messages (``"worker 1 (envs 2-3)"``)."""
         return self.pool.where(g)
 
     def timer_name(self, g: int) -> str:
+        """Return the name of group ``g``'s node in the timer tree: ``worker_<g>``."""
         return f"worker_{g}"
 
     # ================================================================ start-up
 
     def start(self) -> list[Ready]:
+        """Start every worker process and return their start-up answers."""
         # Start the resource tracker before any worker exists, so every worker
         # shares it and it unlinks our segment if this process is killed.
         with ctrl_c_held():  # an interrupt right after its fork would leave a zombie
@@ -125,6 +128,7 @@ class ProcessBackend:
         ragged: Any = None,
         info_row_bytes: int = ROW_BYTES,
     ) -> SharedBuffers:
+        """Make the batch arrays in shared memory and attach every worker to them."""
         n, pool = self.n_workers, self.pool
         self.buffers = buffers = SharedBuffers.create(
             observation_space, action_space, self.layout.num_envs, n, info_row_bytes
@@ -260,6 +264,7 @@ class ProcessBackend:
         return ready  # type: ignore[no-any-return]
 
     def recyclable(self) -> range:
+        """The groups that may be recycled: every worker."""
         return range(self.n_workers)
 
     def retire(self, g: int, seq: int) -> None:
@@ -272,6 +277,7 @@ class ProcessBackend:
         return resident_bytes(self.worker_pids[g])
 
     def abandon(self, g: int, why: str) -> bool:
+        """Leave group ``g`` lost, to be replaced from the top at the next call."""
         # Whichever process the replacement left as group g's (the lost one, or its
         # replacement at any point of its start-up) is stopped and watched again, so
         # the next wait sees its sentinel and :meth:`replace` starts from the top
@@ -284,6 +290,7 @@ class ProcessBackend:
     # ================================================================ shutdown
 
     def disown(self) -> None:
+        """Forget the workers in a forked child: they are the parent's."""
         self.pool.disown()
 
     def shutdown(self, graceful: bool) -> None:

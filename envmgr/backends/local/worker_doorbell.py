@@ -122,8 +122,10 @@ class WorkerDoorbell:
         self.row[SLEEPING] = 0
 
     def sleep(self, seconds: float) -> bytes | Gone | None:
-        """Block on the pipe: a pickled command's bytes, the parent gone, or ``None``
-        (a wake-up, or a timeout: the command word is looked at again)."""
+        """Block on the pipe: a pickled command's bytes, the parent gone, or ``None``.
+
+        ``None`` is a wake-up, or a timeout: the command word is looked at again.
+        """
         ready = self.conn.poll(seconds)
         self.row[SLEEPING] = 0
         if ready:

@@ -124,6 +124,7 @@ class EnvActor:
         return resident_bytes()
 
     def close(self) -> None:
+        """Close the actor's envs, once."""
         if self.group is not None:
             self.group.close()
             self.group = None

@@ -60,6 +60,7 @@ class ActorInfo:
 
     @property
     def timer_name(self) -> str:
+        """The actor's node name in the timer tree: ``actor_<index>@<node ip>``."""
         return f"actor_{self.index}@{self.node_ip}"
 
 
@@ -105,6 +106,7 @@ class RayBackend:
     # ================================================================ names
 
     def where(self, g: int) -> str:
+        """Return group ``g``'s name in messages, with its node, node id and pid when known."""
         where = self.layout.where("ray actor", g)
         info = self.actor_info[g]
         if info.node_ip:
@@ -112,6 +114,7 @@ class RayBackend:
         return where
 
     def timer_name(self, g: int) -> str:
+        """Return the name of group ``g``'s node in the timer tree: its actor's."""
         return self.actor_info[g].timer_name
 
     # ================================================================ start-up
@@ -120,6 +123,11 @@ class RayBackend:
         return actor_class(self.ray).options(**self._opts[g]).remote(self._payloads[g])
 
     def start(self) -> list[Ready]:
+        """Start every actor and return their start-up answers.
+
+        An actor that does not start within ``start_timeout`` raises WorkerTimeoutError, naming
+        the resources it asked for and those the cluster has free.
+        """
         ray = self.ray
         self.actors = [self._new_actor(g) for g in range(self.layout.n_groups)]
         refs = [a.start.remote() for a in self.actors]
@@ -170,6 +178,7 @@ class RayBackend:
     # ================================================================ commands
 
     def post(self, commands: Mapping[int, Command]) -> None:
+        """Send ``commands`` to their actors, all packed before any is sent."""
         packed = {}
         for g, cmd in commands.items():
             try:  # all of them before any is sent: a call reaches every group or none
@@ -185,6 +194,7 @@ class RayBackend:
     def post_step(
         self, groups: Sequence[int], seq: int, ship: bool, actions: Any, ids: np.ndarray | None
     ) -> None:
+        """Send a batch step to ``groups``, each with its share of ``actions``."""
         assert self.buffers is not None
         shares = group_shares(self.buffers.layout.action_space, actions, self.layout, groups, ids)
         self.post({g: Step(seq, ship, shares[g]) for g in groups})
@@ -194,6 +204,7 @@ class RayBackend:
     def wait(
         self, seqs: Mapping[int, int], timeout: float | None, need: int | None, phase: str
     ) -> WaitResult:
+        """Wait for the actors' answers to ``seqs`` (group -> seq); one past ``timeout`` is lost."""
         ray = self.ray
         deadline = None if timeout is None else monotonic() + timeout
         want = len(seqs) if need is None else min(need, len(seqs))
@@ -325,6 +336,7 @@ class RayBackend:
     # ================================================================ replacing
 
     def replace(self, g: int, timeout: float | None) -> Ready | LostGroup:
+        """Kill group ``g``'s actor and start a new one: its start-up answer, or its loss."""
         ray = self.ray
         self._calls.pop(g, None)
         self._cut.pop(g, None)
@@ -349,6 +361,7 @@ class RayBackend:
             return LostGroup(str(exc), exc)
 
     def recyclable(self) -> range:
+        """The groups that may be recycled: every actor."""
         return range(self.layout.n_groups)
 
     def retire(self, g: int, seq: int) -> None:
@@ -383,6 +396,7 @@ class RayBackend:
         return self._rss.get(g)
 
     def abandon(self, g: int, why: str) -> bool:
+        """Leave group ``g`` lost: its actor is killed and its next command reported lost."""
         # Whatever the interrupt cut off, the actor recorded as group g's (the lost one,
         # or its replacement, started or not, reset or not) is killed, and the group's
         # next command is not sent but reported lost, saying why: the front end then
@@ -399,9 +413,11 @@ class RayBackend:
     # ================================================================ shutdown
 
     def disown(self) -> None:
+        """Do nothing: the actors are the cluster's, and a forked child holds only handles."""
         pass  # actors are the cluster's: a forked child holds handles only
 
     def shutdown(self, graceful: bool) -> None:
+        """Kill every actor; ``graceful``: let each close its envs first (``close_timeout``)."""
         ray = self.ray
         actors, self.actors = self.actors, []
         self._calls.clear()
