@@ -215,8 +215,8 @@ def remote_exception(err: ErrorResponse, where: str, envs: range) -> BaseExcepti
 
     It is of its own type where it unpickles and is an ``Exception``, else a WorkerError.
 
-    A note names the group, the env and the phase; raise it ``from
-    RemoteTraceback(err.traceback)``.
+    A note names the group, the env and the phase, and another the fix when ``err`` knows
+    one; raise it ``from RemoteTraceback(err.traceback)``.
     """
     w = err.worker_index
     where = (
@@ -231,10 +231,13 @@ def remote_exception(err: ErrorResponse, where: str, envs: range) -> BaseExcepti
     # Only an Exception is raised as itself: a SystemExit or KeyboardInterrupt that env
     # code raised in a worker would end the caller's program, or pass for its own Ctrl-C.
     if not isinstance(exc, Exception):
+        fix = f"; {err.fix}" if err.fix else ""
         return WorkerError(
-            f"{where}: {err.type_name}: {err.message}", w, envs, err.type_name, err.env_index
+            f"{where}: {err.type_name}: {err.message}{fix}", w, envs, err.type_name, err.env_index
         )
     add_note(exc, f"raised in envmgr {where}")
+    if err.fix:
+        add_note(exc, f"fix: {err.fix}")
     for attr, value in (("worker_index", w), ("env_index", err.env_index)):
         try:
             setattr(exc, attr, value)

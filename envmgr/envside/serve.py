@@ -32,7 +32,19 @@ from envmgr.protocol.messages import (
     StepResponse,
 )
 
-__all__ = ["serve", "serve_step", "error_response", "command_error", "build_error"]
+__all__ = [
+    "serve",
+    "serve_step",
+    "error_response",
+    "command_error",
+    "build_error",
+    "spec_error",
+    "unreadable_command",
+    "UNPICKLING_FACTORIES",
+]
+
+#: The start-up phase of a group whose spec did not unpickle where it was sent.
+UNPICKLING_FACTORIES = "make (unpickling the env factories)"
 
 
 def serve(group: EnvGroup, cmd: Command, with_arrays: bool = False) -> Response | None:
@@ -203,3 +215,21 @@ def build_error(spec: GroupSpec, failed: BuildFailed) -> ErrorResponse:
     """The start-up answer of a group whose build failed."""
     env = None if failed.env is None else spec.offset + failed.env
     return error_response(spec.index, -1, env, "make", failed.exc)
+
+
+def spec_error(index: int, exc: BaseException) -> ErrorResponse:
+    """The start-up answer of group ``index`` whose spec failed to unpickle with ``exc``.
+
+    The cause: a factory, wrapper or env class from a module this process cannot import.
+    """
+    return error_response(index, -1, None, UNPICKLING_FACTORIES, exc)
+
+
+def unreadable_command(index: int, exc: BaseException) -> ErrorResponse:
+    """The answer of group ``index`` to a command that failed to unpickle with ``exc``.
+
+    The cause: an argument of a class this process cannot import. Its ``seq`` and
+    ``phase`` are not known here: the receiver stamps them, as it knows which call this
+    answers.
+    """
+    return error_response(index, -1, None, "reading the command", exc)

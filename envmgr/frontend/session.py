@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from time import perf_counter
 from typing import Any
 
@@ -364,15 +365,26 @@ class Session:
             reader.adopt(g, answer)
 
     def _reset_replacement(self, g: int, reset: Reset | None) -> StepResponse | LostGroup:
-        """Reset a replacement of group ``g``: as asked (``reset``), else all its envs."""
-        seq = self.next_seq()
+        """Reset a replacement of group ``g``: as asked (``reset``), else all its envs.
+
+        A replacement's envs were never reset: when ``reset`` has a mask, those it leaves
+        out are reset first (all the group's envs, without seeds or options), so that
+        every env has an observation, and the masked ones then get the reset asked for.
+        """
+        n = len(self.layout.range(g))
         if reset is None:
             next_step = self.autoreset_mode == AutoresetMode.NEXT_STEP
-            n = len(self.layout.range(g))
-            cmd = Reset(seq, (None,) * n, None, None, False, next_step)
-        else:
-            cmd = Reset(seq, reset.seeds, reset.options, reset.mask, False)
-        self.backend.post({g: cmd})
+            return self._reset_group(g, Reset(-1, (None,) * n, None, None, False, next_step))
+        if reset.mask is not None and not all(reset.mask):
+            first = self._reset_group(g, Reset(-1, (None,) * n, None, None, False))
+            if isinstance(first, LostGroup):
+                return first
+        return self._reset_group(g, Reset(-1, reset.seeds, reset.options, reset.mask, False))
+
+    def _reset_group(self, g: int, template: Reset) -> StepResponse | LostGroup:
+        """Send ``template`` (with a new seq) to group ``g`` alone: its answer, or its loss."""
+        seq = self.next_seq()
+        self.backend.post({g: replace(template, seq=seq)})
         got = self.backend.wait({g: seq}, self.start_timeout, None, "restart reset")
         if got.fatal is not None:
             self.raise_remote(got.fatal, fatal=True)

@@ -315,6 +315,8 @@ class ErrorResponse:
         type_name: Qualified name of the exception's type.
         message: ``str()`` of the exception.
         traceback: The formatted remote traceback.
+        fix: What the caller can do about it, when the receiving side knows (a module the
+            remote side could not import); ``""`` if nothing is known.
     """
 
     worker_index: int
@@ -325,6 +327,7 @@ class ErrorResponse:
     type_name: str
     message: str
     traceback: str
+    fix: str = ""
 
 
 Response = Ready | Ack | StepResponse | CallResponse | ErrorResponse

@@ -5,12 +5,13 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import textwrap
+from collections.abc import Sequence
 from typing import Any
 
 from envmgr.tune.diagnose import Reading
 from envmgr.tune.layouts import Layout
 
-__all__ = ["Measurement", "TuneResult", "format_result"]
+__all__ = ["Measurement", "TuneResult", "fastest", "format_result"]
 
 
 @dataclasses.dataclass
@@ -92,6 +93,19 @@ class TuneResult:
 
     def __str__(self) -> str:
         return self.format()
+
+
+def fastest(measurements: Sequence[Measurement]) -> Measurement:
+    """The layout to recommend: the highest median rate over the rounds.
+
+    The default layout or not; the first measured among equal medians.
+
+    Raises:
+        ValueError: ``measurements`` is empty.
+    """
+    if not measurements:
+        raise ValueError("no layout was measured")
+    return max(measurements, key=lambda m: m.rate)
 
 
 #: A runner-up this close to the winner (or within the winner's spread over the rounds)

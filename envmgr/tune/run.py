@@ -34,7 +34,7 @@ from envmgr.protocol.layout import Layout as Split
 from envmgr.tune.ceiling import Ceiling, TuneError
 from envmgr.tune.diagnose import explain, findings, read_layout
 from envmgr.tune.layouts import Layout, LayoutRunner, candidate_layouts
-from envmgr.tune.result import Measurement, TuneResult
+from envmgr.tune.result import Measurement, TuneResult, fastest
 
 __all__ = ["tune", "usable_cores"]
 
@@ -231,7 +231,7 @@ class _Run:
                     findings(layout, reading, cores, runner.pickled_keys),
                 )
             )
-        best = max(measurements, key=lambda m: m.rate)
+        best = fastest(measurements)
         default = next(m for m in measurements if m.layout.default)
         readings = {m.layout: m.reading for m in measurements if m.reading is not None}
         why = explain(best.layout, default.layout, readings, n)

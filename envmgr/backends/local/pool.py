@@ -121,6 +121,13 @@ def ctrl_c_held() -> Iterator[None]:
                 signal.raise_signal(signal.SIGINT)
 
 
+#: A test seam, ``None`` in envmgr itself: called with the group's index in
+#: :meth:`WorkerPool.spawn` once the new process's pipe exists, before its config and
+#: its process are made. A test sets it to raise there (a Ctrl-C, or an exception),
+#: in the window between reaping a lost worker and recording its replacement, which
+#: no env code can reach. Module-level, so a test sets it for the managers it makes.
+spawn_setup_hook: Callable[[int], None] | None = None
+
 #: Commands up to this size are written in one blocking send: the socket of a worker's
 #: duplex pipe takes far more (``SO_SNDBUF``, about 200 kB on Linux), and a worker
 #: reads each command before it answers, so nothing of an earlier one is left there.
@@ -171,29 +178,38 @@ class WorkerPool:
 
         Ctrl-C is held back from the fork until the process, its pipe and its sentinel
         are recorded (:func:`ctrl_c_held`), so an interrupt always finds them where
-        :meth:`stop`, the waits and the shutdown look. ``ragged``: the group's store of a
+        :meth:`stop`, the waits and the shutdown look. Before the fork, an interrupt or
+        an exception leaves group ``g``'s old process recorded (:meth:`forget` leaves
+        it unclosed for that) and closes the new pipe. ``ragged``: the group's store of a
         Sequence/Graph observation space, mapped with ``layout``.
         """
         parent_conn, child_conn = self._ctx.Pipe(duplex=True)
-        inherited = [parent_conn, self.wake_r, *(c for i, c in enumerate(self.conns) if i != g)]
-        config = WorkerConfig(
-            worker_index=g,
-            group=self._payloads[g],
-            spin_seconds=self.spin_seconds,
-            manager_pid=os.getpid(),
-            # A forked child inherits the parent's ends of the pipes; it closes
-            # them so that a dead parent reads as end-of-file.
-            fds_to_close=tuple(c.fileno() for c in inherited) if self._fork else (),
-            layout=layout,
-            death_signal=threading.current_thread() is threading.main_thread(),
-            ragged=ragged,
-        )
-        proc = self._ctx.Process(
-            target=worker_main,
-            args=(child_conn, self.wake_w, config),
-            name=f"envmgr-worker-{g}",
-            daemon=True,
-        )
+        try:
+            if spawn_setup_hook is not None:
+                spawn_setup_hook(g)
+            inherited = [parent_conn, self.wake_r, *(c for i, c in enumerate(self.conns) if i != g)]
+            config = WorkerConfig(
+                worker_index=g,
+                group=self._payloads[g],
+                spin_seconds=self.spin_seconds,
+                manager_pid=os.getpid(),
+                # A forked child inherits the parent's ends of the pipes; it closes
+                # them so that a dead parent reads as end-of-file.
+                fds_to_close=tuple(c.fileno() for c in inherited) if self._fork else (),
+                layout=layout,
+                death_signal=threading.current_thread() is threading.main_thread(),
+                ragged=ragged,
+            )
+            proc = self._ctx.Process(
+                target=worker_main,
+                args=(child_conn, self.wake_w, config),
+                name=f"envmgr-worker-{g}",
+                daemon=True,
+            )
+        except BaseException:  # nothing started: the new pipe is nobody's
+            parent_conn.close()
+            child_conn.close()
+            raise
         with ctrl_c_held():
             with main_module_hidden():
                 proc.start()

@@ -36,6 +36,7 @@ from envmgr.envside.serve import (
     command_error,
     serve,
     serve_step,
+    spec_error,
     unsendable_answer,
 )
 from envmgr.protocol.messages import Ack, Attach, AttachRagged, Close, Command, Step, WorkerConfig
@@ -165,7 +166,11 @@ def worker_main(conn: Connection, wake: Connection, config: WorkerConfig) -> Non
     if config.death_signal:
         _set_death_signal()
     _start_watchdog(config.manager_pid, parent_pid)
-    spec: GroupSpec = cloudpickle.loads(config.group)
+    try:
+        spec: GroupSpec = cloudpickle.loads(config.group)
+    except Exception as exc:  # a factory from a module this process cannot import
+        _send(conn, config, spec_error(config.worker_index, exc), "make")
+        return
     try:
         group = build_group(spec, began)
     except BuildFailed as failed:

@@ -20,7 +20,14 @@ import numpy as np
 from envmgr.backends.memory import resident_bytes
 from envmgr.envside.build import build_group
 from envmgr.envside.group import BuildFailed, EnvGroup
-from envmgr.envside.serve import build_error, command_error, serve, unsendable_answer
+from envmgr.envside.serve import (
+    build_error,
+    command_error,
+    serve,
+    spec_error,
+    unreadable_command,
+    unsendable_answer,
+)
 from envmgr.protocol.shared_memory import SharedBuffers
 
 __all__ = ["EnvActor", "actor_class", "pack", "unpack"]
@@ -57,14 +64,20 @@ def unpack(obj: Any) -> Any:
 class EnvActor:
     """Runs inside a Ray actor; :func:`actor_class` wraps it with ``ray.remote``.
 
+    Nothing that can fail runs in ``__init__``, and no method lets an exception out:
+    unpickling the spec and building the envs happen in :meth:`start`, unpickling a
+    command in :meth:`run`, and what they raise comes back as an answer (an
+    :class:`~envmgr.protocol.messages.ErrorResponse` the driver re-raises as its own
+    type), not as a task error that Ray reports in its own words.
+
     Args:
-        payload: The cloudpickled :class:`~envmgr.envside.group.GroupSpec`. Nothing that
-            can fail runs here: the envs are built in :meth:`start`, so a factory's
-            exception comes back as an answer, not as a dead actor.
+        payload: The cloudpickled :class:`~envmgr.envside.group.GroupSpec`.
+        index: The group's index in the manager (its spec may not unpickle here).
     """
 
-    def __init__(self, payload: bytes) -> None:
+    def __init__(self, payload: bytes, index: int) -> None:
         self._payload = payload
+        self._index = index
         self.group: EnvGroup | None = None
         self._idle_since = perf_counter()
 
@@ -80,7 +93,10 @@ class EnvActor:
             ray.util.get_node_ip_address(),
             os.getpid(),
         )
-        spec = cloudpickle.loads(self._payload)
+        try:
+            spec = cloudpickle.loads(self._payload)
+        except Exception as exc:  # a module the driver has and this node lacks
+            return spec_error(self._index, exc), *node
         try:
             group = build_group(spec, began)
         except BuildFailed as failed:
@@ -107,7 +123,11 @@ class EnvActor:
         group = self.group
         assert group is not None
         group.timers.wait.add_time(perf_counter() - self._idle_since)
-        cmd = unpack(payload)
+        try:
+            cmd = unpack(payload)
+        except Exception as exc:  # an argument of a class this node cannot import
+            self._idle_since = perf_counter()
+            return pack(unreadable_command(group.index, exc), None)
         try:
             answer: Any = serve(group, cmd, with_arrays=True)
         except BaseException as exc:

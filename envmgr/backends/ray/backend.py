@@ -15,7 +15,7 @@ The actor (:mod:`envmgr.backends.ray.actor`) serves commands with the same
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from time import monotonic
 from typing import Any
 
@@ -24,6 +24,7 @@ import numpy as np
 
 from envmgr.backends.base import LostGroup, WaitResult, group_shares, remote_exception, unsendable
 from envmgr.backends.ray.actor import actor_class, pack, unpack
+from envmgr.backends.ray.hints import import_fix
 from envmgr.envside.serve import error_response
 from envmgr.errors import RayActorDiedError, RemoteTraceback, WorkerDiedError, WorkerTimeoutError
 from envmgr.protocol.info_columns import ROW_BYTES
@@ -120,7 +121,7 @@ class RayBackend:
     # ================================================================ start-up
 
     def _new_actor(self, g: int) -> Any:
-        return actor_class(self.ray).options(**self._opts[g]).remote(self._payloads[g])
+        return actor_class(self.ray).options(**self._opts[g]).remote(self._payloads[g], g)
 
     def start(self) -> list[Ready]:
         """Start every actor and return their start-up answers.
@@ -144,9 +145,14 @@ class RayBackend:
         return [self._started(g, ref) for g, ref in enumerate(refs)]
 
     def _started(self, g: int, ref: Any) -> Ready:
+        exceptions = self.ray.exceptions
         try:
             answer, node_id, node_ip, pid = self.ray.get(ref, timeout=self.get_timeout)
-        except self.ray.exceptions.RayError as err:
+        except exceptions.RayTaskError as err:  # not the actor's death: start() raised
+            failed = self._task_error(g, -1, "start", err)
+            exc = remote_exception(failed, self.where(g), self.layout.range(g))
+            raise exc from RemoteTraceback(failed.traceback)
+        except exceptions.RayError as err:
             raise self._died(g, "start", err).failure from err
         info = self.actor_info[g]
         info.node_id, info.node_ip, info.pid = node_id, node_ip, pid
@@ -155,6 +161,7 @@ class RayBackend:
         except Exception:
             info.actor_id = ""
         if isinstance(answer, ErrorResponse):
+            answer = self._explained(answer, -1, "make")
             exc = remote_exception(answer, self.where(g), self.layout.range(g))
             raise exc from RemoteTraceback(answer.traceback)
         return answer  # type: ignore[no-any-return]
@@ -247,8 +254,7 @@ class RayBackend:
         try:
             answer = unpack(self.ray.get(ref, timeout=self.get_timeout))
         except exceptions.RayTaskError as err:  # the actor's method itself failed
-            cause = getattr(err, "cause", None) or err
-            got.errors.append(error_response(g, seq, None, phase, cause))
+            got.errors.append(self._task_error(g, seq, phase, err))
             return
         except exceptions.RayError as err:
             # RayActorError (ActorDiedError, ActorUnavailableError), a lost node or
@@ -256,7 +262,7 @@ class RayBackend:
             got.lost[g] = self._died(g, phase, err)
             return
         if isinstance(answer, ErrorResponse):
-            got.errors.append(answer)
+            got.errors.append(self._explained(answer, seq, phase))
             return
         if isinstance(answer, StepResponse) and answer.arrays is not None:
             self._store(g, answer.arrays)
@@ -282,6 +288,32 @@ class RayBackend:
         if seconds is not None:
             buffers.env_seconds[rows] = seconds
             buffers.env_steps[rows] = steps
+
+    def _explained(self, answer: ErrorResponse, seq: int, phase: str) -> ErrorResponse:
+        """``answer`` as the answer to call ``seq`` (``phase``), with any import fix.
+
+        The fix is for a module the actor could not import. An actor that could not
+        unpickle a command answers without its seq and phase
+        (:func:`~envmgr.envside.serve.unreadable_command`): each Ray call has its own
+        ref, so the call it answers is the one it was fetched for.
+        """
+        changes: dict[str, Any] = {}
+        if answer.seq == -1 and seq != -1:
+            changes.update(seq=seq, phase=f"{phase} ({answer.phase})")
+        fix = import_fix(answer.type_name, answer.message)
+        if fix:
+            changes["fix"] = fix
+        return replace(answer, **changes) if changes else answer
+
+    def _task_error(self, g: int, seq: int, phase: str, err: Any) -> ErrorResponse:
+        """The answer for an actor method that raised (Ray's ``RayTaskError`` ``err``).
+
+        It is the actor's exception itself, with the actor's traceback, not Ray's wrapper.
+        """
+        cause = getattr(err, "cause", None) or err
+        answer = error_response(g, seq, None, phase, cause)
+        remote = getattr(err, "traceback_str", "") or ""
+        return self._explained(replace(answer, traceback=remote or answer.traceback), seq, phase)
 
     def _died(self, g: int, phase: str, err: BaseException) -> LostGroup:
         info = self.actor_info[g]
