@@ -348,10 +348,17 @@ class ParallelEnvRows(gym.vector.VectorEnv):  # type: ignore[type-arg]
         self._obs_leaves = [out[g.name]["obs"] for g in layout.groups]
         self._fields = [[out[g.name][f] for f in FIELDS] for g in layout.groups]
         self._shapes: list[Any] = [g.observation_space.shape for g in layout.groups]
+        # Per group, (shape, dtype) of one agent's observation where it is one array.
+        self._plain = [
+            (leaf.shape[2:], leaf.dtype) if isinstance(leaf, np.ndarray) else None
+            for leaf in self._obs_leaves
+        ]
         self._turn_based = [hasattr(env, "aec_env") and _is_turn_based(env) for env in self.envs]
         # Per env: "next" (reset at its next step), "ended" (disabled mode: not stepped).
         self._state = [""] * self.num_envs
         self._dynamic_slots: list[dict[str, int]] = [{} for _ in self.envs]
+        # Per env, the observation space object last accepted for each agent.
+        self._accepted: list[dict[str, Any]] = [{} for _ in self.envs]
 
     # --------------------------------------------------------------------- the API
 
@@ -394,7 +401,7 @@ class ParallelEnvRows(gym.vector.VectorEnv):  # type: ignore[type-arg]
                 self._clear(k)
                 continue
             t0 = perf_counter()
-            act = {a: self._action(k, a, group_actions) for a in env.agents}
+            act = self._actions_of(k, env.agents, group_actions)
             t1 = perf_counter()
             obs, rew, term, trunc, info = env.step(act)
             t2 = perf_counter()
@@ -489,6 +496,17 @@ class ParallelEnvRows(gym.vector.VectorEnv):  # type: ignore[type-arg]
             slots[agent] = s
         return 0, s
 
+    def _actions_of(self, k: int, agents: list[str], group_actions: list[Any]) -> dict[str, Any]:
+        """The action dict of env ``k``: each agent's from its row."""
+        slot_of = self.layout.slot_of
+        if not self.layout.dynamic and all(type(a) is np.ndarray for a in group_actions):
+            rows = [a[k] for a in group_actions]
+            try:
+                return {a: rows[slot_of[a][0]][slot_of[a][1]] for a in agents}
+            except KeyError:
+                pass  # an agent with no slot: the general path names it
+        return {a: self._action(k, a, group_actions) for a in agents}
+
     def _action(self, k: int, agent: str, group_actions: list[Any]) -> Any:
         g, s = self._slot(k, agent)
         return _take(group_actions[g], k, s)
@@ -546,16 +564,30 @@ class ParallelEnvRows(gym.vector.VectorEnv):  # type: ignore[type-arg]
         written: list[str] = []
         per_group: list[list[Any]] = [[[], [], [], [], []] for _ in groups]
         any_done = False
+        # Bound once: this loop runs for every agent on every step.
+        slot_of = None if self.layout.dynamic else self.layout.slot_of
+        observation_space, accepted, plain = env.observation_space, self._accepted[k], self._plain
         for agent, value in obs.items():
-            t, u = bool(term.get(agent, False)), bool(trunc.get(agent, False))
+            t, u = term.get(agent, False), trunc.get(agent, False)
             if not (t or u or agent in live):
                 continue
-            any_done = any_done or t or u
-            g, slot = self._slot(k, agent)
-            self._check_space(k, env, agent, groups[g])
+            if t or u:
+                any_done = True
+            where = None if slot_of is None else slot_of.get(agent)
+            g, slot = self._slot(k, agent) if where is None else where
+            if accepted.get(agent) is not observation_space(agent):
+                self._check_space(k, env, agent, groups[g])
+            layout = plain[g]
+            if not (
+                type(value) is np.ndarray
+                and layout is not None
+                and value.shape == layout[0]
+                and value.dtype == layout[1]
+            ):
+                value = self._checked_obs(k, g, slot, agent, value)
             rows = per_group[g]
             rows[0].append(slot)
-            rows[1].append(self._checked_obs(k, g, slot, agent, value))
+            rows[1].append(value)
             rows[2].append(rew.get(agent, 0.0))
             rows[3].append(t)
             rows[4].append(u)
@@ -575,9 +607,19 @@ class ParallelEnvRows(gym.vector.VectorEnv):  # type: ignore[type-arg]
         return ended, written
 
     def _check_space(self, k: int, env: Any, agent: str, group: AgentGroup) -> None:
-        """The agent's observation space is still its group's: a slot's layout is fixed."""
+        """The agent's observation space is still its group's: a slot's layout is fixed.
+
+        Runs for every agent on every step, so it compares what the layout depends on
+        (a Box's shape and dtype, not its bounds: ``Box.__eq__`` is two ``allclose``) and
+        remembers the space object it last accepted for the agent.
+        """
         space = env.observation_space(agent)
-        if space is group.observation_space or space == group.observation_space:
+        seen = self._accepted[k]
+        if seen.get(agent) is space:
+            return
+        want = group.observation_space
+        if space is want or _same_layout(space, want):
+            seen[agent] = space
             return
         if self.layout.padded:
             try:
@@ -672,6 +714,13 @@ class ParallelEnvRows(gym.vector.VectorEnv):  # type: ignore[type-arg]
             name, size = groups[g].name, len(groups[g].slots)
             for key, value in d.items():
                 _add_agent_value(infos, info_key(name, key), k, s, n, size, value)
+
+
+def _same_layout(space: gym.Space[Any], want: gym.Space[Any]) -> bool:
+    """Whether ``space`` packs into ``want``'s arrays as they are laid out."""
+    if isinstance(space, gym.spaces.Box) and isinstance(want, gym.spaces.Box):
+        return space.shape == want.shape and space.dtype == want.dtype
+    return bool(space == want)
 
 
 def _fits_in(got: tuple[int, ...], shape: tuple[int, ...]) -> bool:
