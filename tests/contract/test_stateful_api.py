@@ -29,6 +29,7 @@ when ``CI`` is set), of at most :data:`STEPS` rules each.
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import sys
@@ -133,6 +134,10 @@ class OneInterrupt:
         self.ctrl_c = signal.getsignal(signal.SIGINT)
         old = signal.signal(signal.SIGUSR1, self._handler)
         ring = threading.Timer(delay, os.kill, (os.getpid(), signal.SIGUSR1))
+        # An exception raised inside a gc callback (hypothesis times its collections) is
+        # printed and dropped by Python: none runs while the interrupt may land.
+        callbacks = gc.callbacks[:]
+        gc.callbacks.clear()
         try:
             try:
                 self.armed = True
@@ -147,6 +152,7 @@ class OneInterrupt:
             ring.cancel()
             ring.join()
             signal.signal(signal.SIGUSR1, old)
+            gc.callbacks[:] = callbacks
 
 
 def _same(a: Any, b: Any, rows: list[int], what: str) -> None:
