@@ -317,6 +317,7 @@ def backend(request: pytest.FixtureRequest) -> Backend:
         "support.helpers",
         "support.ragged_envs",
         "support.agent_envs",
+        "support.equivalence",
     )
     for name in (*shipped, request.module.__name__):
         if name in sys.modules:
