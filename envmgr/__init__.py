@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from envmgr import timers
-from envmgr.envside.agent_rows import AgentSpaceError
+from envmgr.envside.agent_layout import AgentSpaceError
 from envmgr.errors import (
     AlreadyPendingCallError,
     BrokenManagerError,

@@ -17,16 +17,16 @@ manager's shared memory like any Dict observation and nothing per agent is pickl
     frontend/agents.py: reshape (envs, S_g, ...) -> (envs * S_g, ...), one row per agent
 
 Numeric per-agent infos ride the info columns as ``[S_g]`` arrays per env beside a
-presence mask (:func:`info_key`); other infos pickle. The packing rules (slots, death,
-arrival, the end of an episode and the three autoreset modes) are those of
-``docs/guide/multi-agent.md``; :class:`AgentLayout` is what the parent and the workers
-agree on, built once from one env (:func:`describe_agents`).
+presence mask (:func:`~envmgr.envside.agent_layout.info_key`); other infos pickle. The
+packing rules (slots, death, arrival, the end of an episode and the three autoreset
+modes) are those of ``docs/guide/multi-agent.md``; the slots and groups, which the parent
+and the workers agree on, are :mod:`envmgr.envside.agent_layout`'s.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from time import perf_counter
 from typing import Any
 
@@ -36,247 +36,31 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space, create_empty_array
 
 from envmgr import timers
-from envmgr.protocol.info_columns import column_kind
+from envmgr.envside.agent_layout import (
+    FIELDS,
+    FINAL_KEY,
+    AgentGroup,
+    AgentLayout,
+    AgentSpaceError,
+    check_fits,
+    info_key,
+    spaces_of,
+)
+from envmgr.envside.agent_trees import (
+    SlotValues,
+    add_agent_value,
+    add_env_value,
+    copy_row,
+    put_tree,
+    take_slot,
+    zero_row,
+)
 from envmgr.protocol.shared_memory import fits_shared_memory
 
 __all__ = [
-    "AgentGroup",
-    "AgentLayout",
-    "AgentSpaceError",
     "ParallelEnvRows",
     "ParallelRowsFactory",
-    "describe_agents",
-    "info_key",
-    "SlotValues",
-    "empty_value",
-    "FIELDS",
-    "FINAL_KEY",
 ]
-
-#: The per-slot fields of a group, beside its ``"obs"``.
-FIELDS = ("rewards", "terminations", "truncations", "active")
-#: The info key that carries, at an episode's end in same-step mode, the final rows.
-FINAL_KEY = "envmgr.agents.final"
-_EMPTY: dict[str, Any] = {}
-
-
-class AgentSpaceError(ValueError):
-    """An agent, its spaces or its values do not fit the layout of the env's slots."""
-
-
-def info_key(group: str, key: str) -> str:
-    """The vector info key of a group's per-agent info ``key`` (its presence: ``+ "@rows"``)."""
-    return f"envmgr.agents.{group}.{key}"
-
-
-@dataclass(frozen=True)
-class AgentGroup:
-    """Agents that share an observation and an action space, and so one batch.
-
-    Attributes:
-        name: The group's name (the agents' common prefix, or ``group<i>``).
-        slots: The slot labels: agent names, or ``slot_<i>`` for slots given on first sight.
-        observation_space: One agent's observation space.
-        action_space: One agent's action space.
-        source: Where the spaces came from, for messages (the first agent seen, or the
-            declared spaces), for slots given on first sight.
-    """
-
-    name: str
-    slots: tuple[str, ...]
-    observation_space: gym.Space[Any]
-    action_space: gym.Space[Any]
-    source: str = ""
-
-
-@dataclass(frozen=True)
-class AgentLayout:
-    """The groups and slots of a multi-agent env, the same for every env of a manager.
-
-    Attributes:
-        groups: The groups, in the order of their first agent.
-        dynamic: Slots are given to agents on first sight in each episode (an env
-            without ``possible_agents``); there is then one group.
-        padded: Observations smaller than the group's space are padded with zeros.
-    """
-
-    groups: tuple[AgentGroup, ...]
-    dynamic: bool = False
-    padded: bool = False
-    slot_of: dict[str, tuple[int, int]] = field(default_factory=dict, compare=False)
-
-    def __post_init__(self) -> None:
-        if not self.dynamic:
-            for g, group in enumerate(self.groups):
-                for s, agent in enumerate(group.slots):
-                    self.slot_of[agent] = (g, s)
-
-    @property
-    def observation_space(self) -> gym.spaces.Dict:
-        """One env's observation: every group's obs and per-slot fields."""
-        return gym.spaces.Dict(
-            {
-                group.name: gym.spaces.Dict(
-                    {
-                        "obs": batch_space(group.observation_space, len(group.slots)),
-                        "rewards": gym.spaces.Box(-np.inf, np.inf, (len(group.slots),), np.float64),
-                        **{f: gym.spaces.MultiBinary(len(group.slots)) for f in FIELDS[1:]},
-                    }
-                )
-                for group in self.groups
-            }
-        )
-
-    @property
-    def action_space(self) -> gym.spaces.Dict:
-        """One env's actions: every group's slots."""
-        return gym.spaces.Dict(
-            {g.name: batch_space(g.action_space, len(g.slots)) for g in self.groups}
-        )
-
-
-def _group_name(agents: Sequence[str], used: set[str], fallback: str) -> str:
-    """The agents' common name prefix (``adversary`` of ``adversary_0``...), else ``fallback``."""
-    prefixes = {a.rsplit("_", 1)[0] if "_" in a else a for a in agents}
-    name = prefixes.pop() if len(prefixes) == 1 else ""
-    return name if name and name not in used else fallback
-
-
-def describe_agents(
-    env: Any,
-    *,
-    max_agents: int | None = None,
-    pad: bool = False,
-    observation_space: gym.Space[Any] | None = None,
-    action_space: gym.Space[Any] | None = None,
-    one_group: bool = False,
-) -> AgentLayout:
-    """The slots and groups of ``env`` (a ``ParallelEnv``), without stepping it.
-
-    Args:
-        env: One env, as the factory builds it.
-        max_agents: Slots per env for an env without ``possible_agents``.
-        pad: Put every agent in one group, padding smaller Box observations with zeros
-            to the largest (or to ``observation_space``).
-        observation_space: One agent's observation space, for every agent (with ``pad``,
-            or for an env without ``possible_agents``).
-        action_space: Likewise for actions.
-        one_group: Refuse agents of mixed spaces instead of grouping them.
-
-    Raises:
-        AgentSpaceError: Mixed spaces where one group is asked for, or no way to know the
-            slots.
-    """
-    possible = getattr(env, "possible_agents", None)
-    try:
-        agents = list(possible) if possible else []
-    except Exception:  # noqa: BLE001 - an env may raise on it, as pettingzoo's base does
-        agents = []
-    if not agents:
-        if max_agents is None:
-            raise AgentSpaceError(
-                f"{type(env).__name__} has no possible_agents: pass max_agents=K, the most "
-                "agents one of its episodes has"
-            )
-        source = "the declared spaces"
-        if observation_space is None or action_space is None:
-            source, observation_space, action_space = _first_agents_spaces(
-                env, observation_space, action_space
-            )
-        slots = tuple(f"slot_{i}" for i in range(int(max_agents)))
-        group = AgentGroup("agents", slots, observation_space, action_space, source)
-        return AgentLayout((group,), dynamic=True, padded=pad)
-    spaces = {a: (env.observation_space(a), env.action_space(a)) for a in agents}
-    if pad or observation_space is not None:
-        obs_space = observation_space or _padded_space([s[0] for s in spaces.values()], spaces)
-        act_space = action_space or _common_action_space(spaces)
-        for a, (o, _) in spaces.items():
-            try:
-                _check_fits(o, obs_space, a)
-            except AgentSpaceError as exc:
-                raise AgentSpaceError(f"env 0: {exc}") from None
-        group = AgentGroup("agents", tuple(agents), obs_space, act_space)
-        return AgentLayout((group,), padded=True)
-    groups: list[list[str]] = []
-    for a in agents:
-        for members in groups:
-            if spaces[members[0]] == spaces[a]:
-                members.append(a)
-                break
-        else:
-            groups.append([a])
-    if one_group and len(groups) > 1:
-        described = "; ".join(
-            f"{', '.join(m)}: observation {spaces[m[0]][0]}, action {spaces[m[0]][1]}"
-            for m in groups
-        )
-        raise AgentSpaceError(
-            f"the agents of {type(env).__name__} have different spaces ({described}): use "
-            "pad=True for one padded batch, or take one batch per group"
-        )
-    used: set[str] = set()
-    made = []
-    for i, members in enumerate(groups):
-        name = _group_name(members, used, "agents" if len(groups) == 1 else f"group{i}")
-        used.add(name)
-        made.append(AgentGroup(name, tuple(members), *spaces[members[0]]))
-    return AgentLayout(tuple(made))
-
-
-def _first_agents_spaces(env: Any, obs: Any, act: Any) -> tuple[str, Any, Any]:
-    """The spaces of the first agent a reset of ``env`` shows (where none were declared)."""
-    env.reset()
-    if not env.agents:
-        raise AgentSpaceError(
-            f"{type(env).__name__} has no possible_agents and no agent after a reset: pass "
-            "observation_space= and action_space="
-        )
-    first = env.agents[0]
-    return f"those of {first}", obs or env.observation_space(first), act or env.action_space(first)
-
-
-def _padded_space(obs_spaces: list[Any], spaces: dict[str, Any]) -> gym.Space[Any]:
-    if all(s == obs_spaces[0] for s in obs_spaces):
-        return obs_spaces[0]
-    if not all(isinstance(s, gym.spaces.Box) and len(s.shape) == 1 for s in obs_spaces):
-        listed = ", ".join(f"{a}: {o}" for a, (o, _) in spaces.items())
-        raise AgentSpaceError(
-            f"pad=True pads 1-d Box observations only; these agents observe {listed}: pass "
-            "observation_space= that every agent's observation fits"
-        )
-    size = max(s.shape[0] for s in obs_spaces)
-    dtype = np.result_type(*(s.dtype for s in obs_spaces))
-    low = min(float(np.min(s.low)) for s in obs_spaces)
-    high = max(float(np.max(s.high)) for s in obs_spaces)
-    return gym.spaces.Box(min(low, 0.0), max(high, 0.0), (size,), dtype)
-
-
-def _common_action_space(spaces: dict[str, Any]) -> gym.Space[Any]:
-    acts = [a for _, a in spaces.values()]
-    if all(a == acts[0] for a in acts):
-        return acts[0]
-    if all(isinstance(a, gym.spaces.Discrete) and int(a.start) == 0 for a in acts):
-        return gym.spaces.Discrete(max(int(a.n) for a in acts))
-    listed = ", ".join(f"{n}: {a}" for n, (_, a) in spaces.items())
-    raise AgentSpaceError(
-        f"pad=True joins Discrete action spaces only; these agents act in {listed}: pass "
-        "action_space= that every agent's actions fit"
-    )
-
-
-def _check_fits(space: gym.Space[Any], into: gym.Space[Any], agent: str) -> None:
-    if space == into:
-        return
-    fits = (
-        isinstance(space, gym.spaces.Box)
-        and isinstance(into, gym.spaces.Box)
-        and len(space.shape) == len(into.shape)
-        and all(a <= b for a, b in zip(space.shape, into.shape, strict=True))
-    )
-    if not fits:
-        raise AgentSpaceError(
-            f"agent {agent!r} observes {space}, which does not fit the padded space {into}"
-        )
 
 
 @dataclass(frozen=True)
@@ -341,7 +125,7 @@ class ParallelEnvRows(gym.vector.VectorEnv):  # type: ignore[type-arg]
                 **{f: create_empty_array(space[f], self.num_envs, np.zeros) for f in FIELDS},
             }
             for g in layout.groups
-            for space in (_spaces_of(layout.observation_space, g.name),)
+            for space in (spaces_of(layout.observation_space, g.name),)
         }
         self._out = out
         self._ragged = any(isinstance(out[g.name]["obs"], SlotValues) for g in layout.groups)
@@ -416,10 +200,10 @@ class ParallelEnvRows(gym.vector.VectorEnv):  # type: ignore[type-arg]
                     self._state[k] = "ended"
                 else:
                     final = self._rows_of(k)
-                    final_info = {self._slot(k, a): info.get(a, _EMPTY) for a in written}
+                    final_info = {self._slot(k, a): info.get(a, {}) for a in written}
                     r_obs, r_info = env.reset()
                     self._write_reset(k, r_obs, r_info, infos, keep_fields=True)
-                    _add_env_value(infos, FINAL_KEY, k, n, (final, final_info))
+                    add_env_value(infos, FINAL_KEY, k, n, (final, final_info))
             packing += (t1 - t0) + (perf_counter() - t2)
         stack = timers.get_default_stack()
         stack.root.get_child("step").get_child("env.step").get_child("agents.pack").add_time(
@@ -439,7 +223,7 @@ class ParallelEnvRows(gym.vector.VectorEnv):  # type: ignore[type-arg]
     def _rows_of(self, k: int) -> dict[str, Any]:
         """A copy of env ``k``'s rows, every group's obs and fields."""
         return {
-            g.name: {key: _copy_row(value, k) for key, value in self._out[g.name].items()}
+            g.name: {key: copy_row(value, k) for key, value in self._out[g.name].items()}
             for g in self.layout.groups
         }
 
@@ -509,11 +293,11 @@ class ParallelEnvRows(gym.vector.VectorEnv):  # type: ignore[type-arg]
 
     def _action(self, k: int, agent: str, group_actions: list[Any]) -> Any:
         g, s = self._slot(k, agent)
-        return _take(group_actions[g], k, s)
+        return take_slot(group_actions[g], k, s)
 
     def _clear(self, k: int) -> None:
         for leaf, fields in zip(self._obs_leaves, self._fields, strict=True):
-            _zero(leaf, k)
+            zero_row(leaf, k)
             for f in fields:
                 f[k] = 0
 
@@ -530,7 +314,7 @@ class ParallelEnvRows(gym.vector.VectorEnv):  # type: ignore[type-arg]
         env = self.envs[k]
         if keep_fields:
             for leaf in self._obs_leaves:
-                _zero(leaf, k)
+                zero_row(leaf, k)
         else:
             self._clear(k)
         self._check_live(k, env, obs)
@@ -623,7 +407,7 @@ class ParallelEnvRows(gym.vector.VectorEnv):  # type: ignore[type-arg]
             return
         if self.layout.padded:
             try:
-                _check_fits(space, group.observation_space, agent)
+                check_fits(space, group.observation_space, agent)
             except AgentSpaceError as exc:
                 raise AgentSpaceError(f"{self._env(k)}: {exc}") from None
             return
@@ -692,7 +476,7 @@ class ParallelEnvRows(gym.vector.VectorEnv):  # type: ignore[type-arg]
                 leaf.values[slot][k] = value
             else:
                 agent = next((a for a in agents if self._slot(k, a) == (g, slot)), slot)
-                _put_tree(leaf, k, slot, value, f"{self._env(k)}: agent {agent!r} observation")
+                put_tree(leaf, k, slot, value, f"{self._env(k)}: agent {agent!r} observation")
 
     def _put_obs(self, k: int, g: int, slot: int, agent: str, value: Any) -> None:
         self._put_rows(k, g, [slot], [self._checked_obs(k, g, slot, agent, value)], [agent])
@@ -713,7 +497,7 @@ class ParallelEnvRows(gym.vector.VectorEnv):  # type: ignore[type-arg]
             g, s = self._slot(k, agent)
             name, size = groups[g].name, len(groups[g].slots)
             for key, value in d.items():
-                _add_agent_value(infos, info_key(name, key), k, s, n, size, value)
+                add_agent_value(infos, info_key(name, key), k, s, n, size, value)
 
 
 def _same_layout(space: gym.Space[Any], want: gym.Space[Any]) -> bool:
@@ -729,138 +513,3 @@ def _fits_in(got: tuple[int, ...], shape: tuple[int, ...]) -> bool:
 
 def _is_turn_based(env: Any) -> bool:
     return type(env).__name__ == "turn_based_aec_to_parallel_wrapper"
-
-
-def _take(batch: Any, k: int, s: int) -> Any:
-    if isinstance(batch, dict):
-        return {key: _take(v, k, s) for key, v in batch.items()}
-    if isinstance(batch, tuple):
-        return tuple(_take(v, k, s) for v in batch)
-    return batch[k, s]
-
-
-class SlotValues:
-    """A variable-size observation (``Sequence``, ``Graph``) per slot and env, kept as values.
-
-    The manager's ragged store lays them out in shared memory.
-
-    Args:
-        space: One agent's observation space.
-        slots: Slots per env.
-        envs: Envs.
-    """
-
-    def __init__(self, space: gym.Space[Any], slots: int, envs: int) -> None:
-        self.empty = empty_value(space)
-        self.values = [[self.empty] * envs for _ in range(slots)]
-
-    def zero(self, k: int) -> None:
-        """Env ``k``'s slots hold no agent: empty values."""
-        for per_env in self.values:
-            per_env[k] = self.empty
-
-    def row(self, k: int) -> tuple[Any, ...]:
-        """Env ``k``'s value per slot."""
-        return tuple(per_env[k] for per_env in self.values)
-
-    def batch(self) -> tuple[tuple[Any, ...], ...]:
-        """Gymnasium's batch form of ``batch_space(space, slots)`` over the envs."""
-        return tuple(tuple(per_env) for per_env in self.values)
-
-
-def empty_value(space: gym.Space[Any]) -> Any:
-    """What an empty slot observes: no elements for a Sequence or Graph, zeros otherwise."""
-    spaces = gym.spaces
-    if isinstance(space, spaces.Sequence):
-        feature = space.feature_space
-        if space.stack and fits_shared_memory(feature):
-            return create_empty_array(feature, 0, np.zeros)
-        return ()
-    if isinstance(space, spaces.Graph):
-        node: Any = space.node_space
-        edge: Any = space.edge_space
-        return spaces.GraphInstance(
-            np.zeros((0, *node.shape), node.dtype),
-            None if edge is None else np.zeros((0, *edge.shape), edge.dtype),
-            np.zeros((0, 2), np.int64),
-        )
-    if isinstance(space, spaces.Dict):
-        return {k: empty_value(v) for k, v in space.spaces.items()}
-    if isinstance(space, spaces.Tuple):
-        return tuple(empty_value(v) for v in space.spaces)
-    empty: Any = create_empty_array(space, 1, np.zeros)
-    return empty[0]
-
-
-def _copy_row(leaf: Any, k: int) -> Any:
-    if isinstance(leaf, SlotValues):
-        return leaf.row(k)
-    if isinstance(leaf, dict):
-        return {key: _copy_row(v, k) for key, v in leaf.items()}
-    if isinstance(leaf, tuple):
-        return tuple(_copy_row(v, k) for v in leaf)
-    return leaf[k].copy()
-
-
-def _zero(leaf: Any, k: int) -> None:
-    if isinstance(leaf, SlotValues):
-        leaf.zero(k)
-    elif isinstance(leaf, dict):
-        for v in leaf.values():
-            _zero(v, k)
-    elif isinstance(leaf, tuple):
-        for v in leaf:
-            _zero(v, k)
-    else:
-        leaf[k] = 0
-
-
-def _put_tree(leaf: Any, k: int, s: int, value: Any, where: str) -> None:
-    if isinstance(leaf, dict):
-        if not isinstance(value, dict) or set(value) != set(leaf):
-            raise AgentSpaceError(
-                f"{where}: expected a dict with keys {sorted(leaf)}, got {value!r}"
-            )
-        for key, sub in leaf.items():
-            _put_tree(sub, k, s, value[key], f"{where}[{key!r}]")
-    elif isinstance(leaf, tuple):
-        if not isinstance(value, tuple) or len(value) != len(leaf):
-            raise AgentSpaceError(f"{where}: expected a tuple of {len(leaf)}, got {value!r}")
-        for j, sub in enumerate(leaf):
-            _put_tree(sub, k, s, value[j], f"{where}[{j}]")
-    else:
-        expected = leaf.shape[2:]
-        if np.shape(value) != expected:
-            raise AgentSpaceError(f"{where}: shape {np.shape(value)}, expected {expected}")
-        leaf[k, s] = value
-
-
-def _add_agent_value(
-    infos: dict[str, Any], key: str, k: int, s: int, n: int, size: int, value: Any
-) -> None:
-    """Put one agent's info value at (env ``k``, slot ``s``), as ``_add_info`` would per row."""
-    rows_key = key + "@rows"
-    array = infos.get(key)
-    if array is None:
-        kind = column_kind(value)
-        if kind is None:
-            array = np.full((n, size), None, dtype=object)
-        else:
-            array = np.zeros((n, size, *kind[1]), dtype=kind[0])
-        infos[key], infos["_" + key] = array, np.zeros(n, np.bool_)
-        infos[rows_key] = np.zeros((n, size), np.bool_)
-    array[k, s] = value
-    infos["_" + key][k] = True
-    infos[rows_key][k, s] = True
-
-
-def _add_env_value(infos: dict[str, Any], key: str, k: int, n: int, value: Any) -> None:
-    if key not in infos:
-        infos[key], infos["_" + key] = np.full(n, None, dtype=object), np.zeros(n, np.bool_)
-    infos[key][k] = value
-    infos["_" + key][k] = True
-
-
-def _spaces_of(space: gym.spaces.Dict, group: str) -> dict[str, gym.Space[Any]]:
-    part: Any = space.spaces[group]
-    return dict(part.spaces)

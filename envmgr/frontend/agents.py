@@ -25,7 +25,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector.utils import batch_space
 
-from envmgr.envside.agent_rows import FIELDS, FINAL_KEY, AgentGroup, AgentLayout, info_key
+from envmgr.envside.agent_layout import FIELDS, FINAL_KEY, AgentGroup, AgentLayout, info_key
 from envmgr.protocol.shared_memory import fits_shared_memory
 from envmgr.protocol.trees import tree_map
 

@@ -20,7 +20,8 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.vector import AutoresetMode
 
-from envmgr.envside.agent_rows import ParallelRowsFactory, describe_agents
+from envmgr.envside.agent_layout import describe_agents
+from envmgr.envside.agent_rows import ParallelRowsFactory
 from envmgr.frontend.agents import AgentGroupsVectorEnv, AgentVectorEnv
 from envmgr.managers.local import SubprocessEnvManager
 from envmgr.protocol.info_columns import ROW_BYTES
