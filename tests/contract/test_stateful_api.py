@@ -369,7 +369,7 @@ class ApiMachine(RuleBasedStateMachine):
         self.check_step(got, self.model.step(actions))
 
     # Not on Ray: a signal handler raising inside Ray's own waits is pinned by
-    # ray/test_ray.py's Ctrl-C test, not drawn at random.
+    # on_ray/test_ray.py's Ctrl-C test, not drawn at random.
     @precondition(lambda self: self.phase == "idle" and self.backend.name != "ray")
     @rule(
         delay=st.floats(0.0, 2e-3),

@@ -93,7 +93,7 @@ DOCS = [
 #: Blocks that are compiled only, by their page and first line, and why they are not run.
 COMPILE_ONLY = {
     ("docs/guide/ray-errors.md", "import sys"): "my_envs stands for a module of the "
-    "reader's next to their script; tests/ray/test_ray_errors.py builds one and checks the fix",
+    "reader's next to their script; tests/on_ray/test_ray_errors.py builds one and checks the fix",
     ("README.md", "# envs = gym.vector.AsyncVectorEnv"): "a one-line change to the reader's "
     "script (make_env is theirs); tests/contract runs AsyncVectorEnv code on envmgr",
     ("README.md", "# env = SubprocVecEnv"): "a one-line change to the reader's SB3 script; "
