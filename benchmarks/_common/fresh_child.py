@@ -30,7 +30,7 @@ from typing import Any
 
 from benchmarks._common.paths import child_env
 
-__all__ = ["child_main", "describe_exit", "run_child"]
+__all__ = ["child_main", "describe_exit", "run_child", "suite_main"]
 
 
 def describe_exit(code: int) -> str:
@@ -101,4 +101,31 @@ def child_main(
         text = traceback.format_exc()
         sample = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:300], "traceback": text}
     out.write_text(json.dumps(sample, default=float))
+    return 0
+
+
+def suite_main(
+    args: Any,
+    stem: str,
+    measure: Callable[[dict[str, Any]], dict[str, Any]],
+    run: Callable[[Any, Callable[[dict[str, Any]], None]], dict[str, Any]],
+    tables: Callable[[dict[str, Any]], str],
+) -> int:
+    """A suite's command: one measurement when run as a child, else the run and its report.
+
+    ``args`` has ``child``, ``child_out``, ``quick`` and ``out``; the report is saved as it
+    grows (``<out>/<stem>.json``, or ``quick.json``), then as text beside it.
+    """
+    if args.child is not None:
+        return child_main(measure, json.loads(args.child), args.child_out)
+    args.out.mkdir(parents=True, exist_ok=True)
+    out_json = args.out / f"{'quick' if args.quick else stem}.json"
+
+    def save(report: dict[str, Any]) -> None:
+        out_json.write_text(json.dumps(report, indent=1, default=str))
+
+    text = tables(run(args, save))
+    out_json.with_suffix(".txt").write_text(text)
+    print(text)
+    print(f"wrote {out_json} and {out_json.with_suffix('.txt')}")
     return 0

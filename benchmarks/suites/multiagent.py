@@ -60,7 +60,6 @@ Writes ``multiagent.json`` and ``multiagent.txt`` (``quick.*`` with ``--quick``)
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -80,7 +79,7 @@ from benchmarks._common.agent_peers import (
     build,
     skip_reason,
 )
-from benchmarks._common.fresh_child import child_main, run_child
+from benchmarks._common.fresh_child import run_child, suite_main
 from benchmarks._common.paths import RESULTS
 from benchmarks._common.run_context import machine_info
 from benchmarks._common.timing import median, per_round_ratios, rotated, run_for, spread
@@ -501,22 +500,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    if args.child is not None:
-        return child_main(measure, json.loads(args.child), args.child_out)
-    stem = "quick" if args.quick else "multiagent"
-    args.out.mkdir(parents=True, exist_ok=True)
-    out_json = args.out / f"{stem}.json"
-
-    def save(report: dict[str, Any]) -> None:
-        out_json.write_text(json.dumps(report, indent=1, default=str))
-
-    report = run(args, save)
-    text = tables(report)
-    out_json.with_suffix(".txt").write_text(text)
-    print(text)
-    print(f"wrote {out_json} and {out_json.with_suffix('.txt')}")
-    return 0
+    return suite_main(parse_args(argv), "multiagent", measure, run, tables)
 
 
 if __name__ == "__main__":
