@@ -7,13 +7,10 @@ Only the structure of the results is checked, never a speed.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support.helpers import run_quick_suite
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -21,21 +18,10 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_quick_run_reports_ratios_packing_bytes_and_targets(tmp_path: Path) -> None:
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-    }
-    proc = subprocess.run(
-        [
-            sys.executable, "-m", "benchmarks.suites.multiagent", "--quick",
-            "--envs", "synthetic", "--impls", "envmgr,ceiling", "--out", str(tmp_path),
-        ],
-        cwd=REPO, capture_output=True, text=True, timeout=100, env=env,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["quick.json", "quick.txt"]
-    report = json.loads((tmp_path / "quick.json").read_text())
-    assert {"cpu_model", "date", "git_commit"} <= set(report["machine"])
+    report = run_quick_suite(
+        "multiagent", tmp_path, "--envs", "synthetic", "--impls", "envmgr,ceiling", timeout=100
+    )
+    printed = (tmp_path / "quick.txt").read_text()  # the table the run printed
     (config,) = report["configs"]
     assert (config["env"], config["n_envs"]) == ("synthetic", 4)
     assert config["errors"] == {}
@@ -53,5 +39,5 @@ def test_quick_run_reports_ratios_packing_bytes_and_targets(tmp_path: Path) -> N
     assert target["target"] == "synthetic n=4 envmgr bytes pickled per step = 0"
     assert target["met"] in (True, False)
     for heading in ("Throughput", "packing per live agent-step", "Targets"):
-        assert heading in proc.stdout
-    assert "| synthetic, 16 agents | 4 | envmgr" in proc.stdout
+        assert heading in printed
+    assert "| synthetic, 16 agents | 4 | envmgr" in printed

@@ -7,15 +7,13 @@ with one actor. Only the structure of the results is checked, never a speed.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("ray", reason='ray is not installed: pip install "envmgr[ray]"')
+
+from support.helpers import run_quick_suite  # noqa: E402
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -23,21 +21,10 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_quick_run_reports_round_trip_step_timers_and_local(tmp_path: Path) -> None:
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-    }
-    proc = subprocess.run(
-        [
-            sys.executable, "-m", "benchmarks.suites.ray_floor", "--quick",
-            "--envs", "cartpole", "--actors", "1", "--out", str(tmp_path),
-        ],
-        cwd=REPO, capture_output=True, text=True, timeout=220, env=env,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["quick.json", "quick.txt"]
-    report = json.loads((tmp_path / "quick.json").read_text())
-    assert {"cpu_model", "date", "git_commit"} <= set(report["machine"])
+    report = run_quick_suite(
+        "ray_floor", tmp_path, "--envs", "cartpole", "--actors", "1", timeout=220
+    )
+    printed = (tmp_path / "quick.txt").read_text()  # the table the run printed
     (config,) = report["configs"]
     assert (config["env"], config["n_actors"], config["envs_per_actor"]) == ("cartpole", 1, 8)
     assert config["errors"] == {}
@@ -61,5 +48,5 @@ def test_quick_run_reports_round_trip_step_timers_and_local(tmp_path: Path) -> N
     assert target["target"] == "cartpole 1x8 envmgr step / bare round trip <= 1.2"
     assert target["met"] == (target["value"] <= 1.2)
     for heading in ("Ray's round trip", "envmgr's own time", "First-ready", "Targets"):
-        assert heading in proc.stdout
-    assert "| CartPole-v1 | 1 x 8" in proc.stdout
+        assert heading in printed
+    assert "| CartPole-v1 | 1 x 8" in printed

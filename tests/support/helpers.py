@@ -7,6 +7,10 @@ fixture ships it by value, as it does ``envs`` and ``fault_envs``.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -54,3 +58,23 @@ def traffic(envs: Any, actions: list[Any]) -> tuple[int, int]:
     read = sum(a[0] - b[0] for a, b in zip(after, before, strict=True))
     written = sum(a[1] - b[1] for a, b in zip(after, before, strict=True))
     return read, written
+
+
+def run_quick_suite(suite: str, out: Path, *args: str, timeout: float) -> dict[str, Any]:
+    """Run ``python -m benchmarks.suites.<suite> --quick ... --out out`` as a user would,
+    from the repository root; the report it wrote, after checking it wrote only that."""
+    repo = Path(__file__).resolve().parents[2]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")])),
+    }
+    command = [sys.executable, "-m", f"benchmarks.suites.{suite}", "--quick", *args]
+    proc = subprocess.run(
+        [*command, "--out", str(out)],
+        cwd=repo, capture_output=True, text=True, timeout=timeout, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert sorted(p.name for p in out.iterdir()) == ["quick.json", "quick.txt"]
+    report: dict[str, Any] = json.loads((out / "quick.json").read_text())
+    assert {"cpu_model", "date", "git_commit"} <= set(report["machine"])
+    return report
