@@ -139,6 +139,8 @@ class ParallelEnvRows(gym.vector.VectorEnv):  # type: ignore[type-arg]
         # Per env: "next" (reset at its next step), "ended" (disabled mode: not stepped).
         self._state = [""] * self.num_envs
         self._dynamic_slots: list[dict[str, int]] = [{} for _ in self.envs]
+        # Per env, where pad=True joined Box actions: each agent's own action size.
+        self._action_sizes: list[dict[str, int | None]] = [{} for _ in self.envs]
         # Per env, the observation space object last accepted for each agent.
         self._accepted: list[dict[str, Any]] = [{} for _ in self.envs]
 
@@ -220,6 +222,8 @@ class ParallelEnvRows(gym.vector.VectorEnv):  # type: ignore[type-arg]
                 continue
             t0 = perf_counter()
             act = self._actions_of(k, env.agents, group_actions)
+            if self.layout.padded:
+                act = self._unpadded(k, env, act)
             t1 = perf_counter()
             obs, rew, term, trunc, info = env.step(act)
             t2 = perf_counter()
@@ -333,6 +337,20 @@ class ParallelEnvRows(gym.vector.VectorEnv):  # type: ignore[type-arg]
                 pass  # an agent with no slot: the general path names it
         return {a: self._action(k, a, group_actions) for a in agents}
 
+    def _unpadded(self, k: int, env: Any, actions: dict[str, Any]) -> dict[str, Any]:
+        """Each agent's part of its padded action: the first entries of a longer Box."""
+        want = self.layout.groups[0].action_space
+        sizes = self._action_sizes[k]
+        out = {}
+        for agent, value in actions.items():
+            size = sizes.get(agent, -1)
+            if size == -1:
+                space = env.action_space(agent)
+                fits = isinstance(space, gym.spaces.Box) and space.shape != want.shape
+                size = sizes[agent] = space.shape[0] if fits else None
+            out[agent] = value if size is None else value[:size]
+        return out
+
     def _action(self, k: int, agent: str, group_actions: list[Any]) -> Any:
         g, s = self._slot(k, agent)
         return take_slot(group_actions[g], k, s)
@@ -353,6 +371,7 @@ class ParallelEnvRows(gym.vector.VectorEnv):  # type: ignore[type-arg]
     ) -> None:
         self._state[k] = ""
         self._dynamic_slots[k] = {}
+        self._action_sizes[k] = {}
         env = self.envs[k]
         if keep_fields:
             for leaf in self._obs_leaves:
