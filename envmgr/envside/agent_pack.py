@@ -96,16 +96,18 @@ class GroupRows:
             return False
         if in_order:
             index: Any = slice(0, m)
-            free: Any = slice(m, None)
+            free: Any = slice(m, None) if m < len(obs) else None
         else:
             obs[slots] = stacked
             index = slots
             free = np.ones(len(obs), np.bool_)
             free[slots] = False
-        obs[free] = 0
+        if free is not None:
+            obs[free] = 0
         for f, column in zip(self.fields, (*columns, 1), strict=True):
             f[k, index] = column
-            f[k, free] = 0
+            if free is not None:
+                f[k, free] = 0
         return True
 
 
@@ -156,13 +158,18 @@ def write_step_rows(
         rewards = np.fromiter(_in_order(rew, agents, 0.0), np.float64, n)
     except (TypeError, ValueError):
         return None
-    done = terms | truncs
-    keep = done | np.fromiter(map(live_set.__contains__, agents), np.bool_, n)
-    ended = not live or (done_on == "any" and bool(done.any()))
-    if ended and done_on == "any":
-        truncs = truncs | ~terms
     values = list(obs.values())
-    if not keep.all():
+    if live and len(live_set) == n and not (terms.any() or truncs.any()):
+        # Everyone observed is alive and going on (the usual step): every row is written.
+        ended = False
+        keep: Any = None
+    else:
+        done = terms | truncs
+        keep = done | np.fromiter(map(live_set.__contains__, agents), np.bool_, n)
+        ended = not live or (done_on == "any" and bool(done.any()))
+        if ended and done_on == "any":
+            truncs = truncs | ~terms
+    if keep is not None and not keep.all():
         picked = keep.tolist()
         agents = list(compress(agents, picked))
         values = list(compress(values, picked))
