@@ -2,15 +2,20 @@
 
 It runs as a user would, ``python -m benchmarks.suites.ragged`` from the repository root in
 a subprocess, on both configurations (the synthetic entity env and KAZ vector-sequence) with
-every implementation. Only the structure of the results is checked, never a speed.
+every implementation. Only the structure of the results is checked, never a speed; and the
+serial packer its KAZ rows compare with keeps every element past its starting capacity.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
+from gymnasium import spaces
 from support.helpers import run_quick_suite
+
+from benchmarks._common.padded_slots import PaddedSlots
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -68,3 +73,20 @@ def test_quick_run_reports_both_envs_layouts_spreads_bytes_and_targets(tmp_path:
     for heading in ("entities 8-64 x 16 float32", "KAZ v11 obs_method=vector-sequence", "Targets"):
         assert heading in printed
     assert "| envmgr-caller " in printed and "agent-steps/s" in printed
+
+
+def test_serial_packer_grows_past_its_capacity_and_keeps_every_element() -> None:
+    space = spaces.Sequence(spaces.Box(-1, 1, (3,), np.float32), stack=True)
+    slots = PaddedSlots(space, n=2, slots=2, capacity=2)
+    first = np.full((2, 3), 0.5, np.float32)
+    longer = np.arange(15, dtype=np.float32).reshape(5, 3) / 15
+    slots[0, 1] = first
+    slots[1, 0] = longer  # over capacity: grows to 8, the first observation kept
+    data, lengths = slots.batch()
+    assert data.shape == (4, 8, 3) and lengths.tolist() == [0, 2, 5, 0]
+    assert np.array_equal(data[1, :2], first) and np.array_equal(data[2, :5], longer)
+    assert not data[2, 5:].any()
+    slots[1] = 0  # env 1 emptied, env 0 untouched
+    data, lengths = slots.batch()
+    assert lengths.tolist() == [0, 2, 0, 0] and not data[2:].any()
+    assert np.array_equal(data[1, :2], first)
