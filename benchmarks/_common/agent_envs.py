@@ -13,6 +13,9 @@ The envs:
 * ``battle``: MAgent2 ``battle_v4`` at ``map_size=45``: 162 agents, 13x13x5 float32
   observations, agents die;
 * ``kaz``: PettingZoo's Knights Archers Zombies (v11, ``obs_method="vector"``), agents die;
+* ``kaz-sequence``: the same with ``obs_method="vector-sequence"``: each agent observes
+  ``Sequence(Box(-1, 1, (11,)), stack=True)``, one row per entity in play (not in
+  ``ENVS``: the variable-size benchmark's, :mod:`benchmarks.suites.ragged`);
 * ``synthetic``: :class:`CheapAgents`, 16 agents and a few microseconds per step.
 """
 
@@ -35,12 +38,13 @@ __all__ = [
 
 ENVS = ["spread-3", "spread-10", "battle", "kaz", "synthetic"]
 #: Envs whose agents die before the episode ends (SuperSuit needs ``black_death_v3``).
-DYING = {"battle", "kaz"}
+DYING = {"battle", "kaz", "kaz-sequence"}
 ENV_LABELS = {
     "spread-3": "MPE2 simple_spread_v3 N=3",
     "spread-10": "MPE2 simple_spread_v3 N=10",
     "battle": "MAgent2 battle_v4 map_size=45",
     "kaz": "KAZ v11 obs_method=vector",
+    "kaz-sequence": "KAZ v11 obs_method=vector-sequence",
     "synthetic": "synthetic, 16 agents",
 }
 #: Action batches drawn per configuration, walked cyclically.
@@ -105,10 +109,11 @@ def make_env(name: str) -> Any:
         from magent2.environments import battle_v4
 
         return battle_v4.parallel_env(map_size=45)
-    if name == "kaz":
+    if name in ("kaz", "kaz-sequence"):
         from pettingzoo.butterfly import knights_archers_zombies_v11
 
-        return knights_archers_zombies_v11.parallel_env(obs_method="vector")
+        method = "vector-sequence" if name == "kaz-sequence" else "vector"
+        return knights_archers_zombies_v11.parallel_env(obs_method=method)
     if name == "synthetic":
         return CheapAgents()
     raise ValueError(f"unknown env {name!r}; choose from {', '.join(ENVS)}")

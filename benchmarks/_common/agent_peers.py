@@ -9,7 +9,7 @@ Every one steps ``n`` copies of an env of :mod:`benchmarks._common.agent_envs` w
                      (ceiling.Ceiling's processes), with no communication
       supersuit      SuperSuitVec: concat_vec_envs_v1, two processes
       puffer*        PufferVec: PufferLib's Multiprocessing backend
-      envmgr*        envmgr.make_parallel
+      envmgr*        envmgr.make_parallel (envmgr-padded: ragged="padded")
 """
 
 from __future__ import annotations
@@ -19,9 +19,11 @@ from functools import partial
 from typing import Any
 
 import numpy as np
+from gymnasium import spaces
 
 from benchmarks._common.agent_envs import DYING, make_env
 from benchmarks._common.ceiling import Ceiling
+from benchmarks._common.padded_slots import PaddedSlots
 
 __all__ = [
     "DEFAULT_IMPLS",
@@ -46,9 +48,11 @@ IMPLS = [
     "puffer-copy",
     "envmgr",
     "envmgr-caller",
+    "envmgr-padded",
 ]
-DEFAULT_IMPLS = [i for i in IMPLS if i != "puffer-copy"]
-ENVMGR_IMPLS = {"envmgr", "envmgr-caller"}
+#: ``envmgr-padded`` differs from ``envmgr`` only on variable-size observations.
+DEFAULT_IMPLS = [i for i in IMPLS if i not in ("puffer-copy", "envmgr-padded")]
+ENVMGR_IMPLS = {"envmgr", "envmgr-caller", "envmgr-padded"}
 PUFFER_IMPLS = {"puffer", "puffer-async", "puffer-1w", "puffer-copy"}
 
 
@@ -57,7 +61,9 @@ class SerialRows:
 
     Row ``k * S + s`` is env ``k``'s agent ``possible_agents[s]``: its observation,
     reward and flags when it is live or ended on this step, zeros otherwise; an env
-    whose agents are all gone is reset at its next step. Infos are dropped.
+    whose agents are all gone is reset at its next step. Infos are dropped. A
+    ``Sequence(Box)`` observation comes as ``(data, lengths)``, padded
+    (:class:`benchmarks._common.padded_slots.PaddedSlots`), as ``ragged="padded"`` asks.
     """
 
     def __init__(self, env_fn: Callable[[], Any], n: int) -> None:
@@ -66,7 +72,13 @@ class SerialRows:
         self.slot = {a: s for s, a in enumerate(agents)}
         space = self.envs[0].observation_space(agents[0])
         s = len(agents)
-        self.obs = np.zeros((n, s, *space.shape), space.dtype)
+        self.obs: Any
+        if isinstance(space, spaces.Sequence):
+            self.obs = PaddedSlots(space, n, s)
+            self._obs_batch: Callable[[], Any] = self.obs.batch
+        else:
+            self.obs = np.zeros((n, s, *space.shape), space.dtype)
+            self._obs_batch = partial(self.obs.reshape, (n * s, *space.shape))
         self.rewards = np.zeros((n, s))
         self.terms = np.zeros((n, s), np.bool_)
         self.truncs = np.zeros((n, s), np.bool_)
@@ -115,9 +127,8 @@ class SerialRows:
                 self.terms[k, s], self.truncs[k, s], self.active[k, s] = t, u, True
             self.ended[k] = not live
         n = self.rows
-        shape = (n, *self.obs.shape[2:])
         flags = (self.terms.reshape(n), self.truncs.reshape(n), self.active.reshape(n))
-        return (self.obs.reshape(shape), rewards.reshape(n), *flags)
+        return (self._obs_batch(), rewards.reshape(n), *flags)
 
     def close(self) -> None:
         for env in self.envs:
@@ -241,6 +252,8 @@ def build(impl: str, env: str, n: int, actions: np.ndarray) -> Any:
         return envmgr.make_parallel(partial(make_env, env), n)
     if impl == "envmgr-caller":
         return envmgr.make_parallel(partial(make_env, env), n, n_workers=1, caller_envs=n // 2)
+    if impl == "envmgr-padded":
+        return envmgr.make_parallel(partial(make_env, env), n, ragged="padded")
     raise ValueError(f"unknown implementation {impl!r}; choose from {', '.join(IMPLS)}")
 
 

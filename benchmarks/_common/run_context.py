@@ -9,6 +9,8 @@ import platform
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
+from importlib import metadata
 from time import perf_counter
 from typing import Any
 
@@ -68,6 +70,18 @@ def check_spawn_pickling() -> str:
     if any(imported):
         return "ok, but the worker imported the benchmarks module by name (not by value)"
     return "ok: the env classes reached the spawn worker by value (module not imported there)"
+
+
+def dist_versions(dists: Sequence[str]) -> dict[str, str]:
+    """Each installed distribution's version, or ``"not installed"``."""
+
+    def version(dist: str) -> str:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    return {d: version(d) for d in dists}
 
 
 def machine_info(envpool_msg: str) -> dict[str, Any]:

@@ -18,6 +18,7 @@ import numpy as np
 from gymnasium.vector.utils import batch_space
 
 from benchmarks._common import envs as bench_envs
+from benchmarks._common.worker_traffic import io_bytes
 from envmgr.tune.ceiling import run_for as ceiling_run_for
 
 #: Action batches drawn per configuration (walked cyclically) ...
@@ -58,6 +59,34 @@ def run_for(step: Callable[[Any], Any], actions: np.ndarray, k: int, seconds: fl
     c0 = process_time()
     batches, elapsed = ceiling_run_for(step, actions, k, seconds)
     return {"batches": batches, "seconds": elapsed, "cpu_seconds": process_time() - c0}
+
+
+def warm_then_time(
+    step: Callable[[Any], Any],
+    actions: np.ndarray,
+    warmup: float,
+    seconds: float,
+    pids: Sequence[int] = (),
+) -> dict[str, Any]:
+    """``step`` over action batches ``0, 1, ...`` for ``warmup`` seconds (5 batches at
+    least), then timed for ``seconds`` (:func:`run_for`).
+
+    Returns:
+        :func:`run_for`'s keys; ``next``, the action batch after the last one stepped; and
+        ``written_bytes_per_batch``, what the processes ``pids`` wrote per timed batch.
+    """
+    deadline = perf_counter() + warmup
+    k = 0
+    while k < 5 or perf_counter() < deadline:
+        step(actions[k % len(actions)])
+        k += 1
+    written0 = io_bytes(pids)[1]
+    timed = run_for(step, actions, k, seconds)
+    written = io_bytes(pids)[1] - written0
+    return timed | {
+        "next": k + timed["batches"],
+        "written_bytes_per_batch": written / timed["batches"],
+    }
 
 
 class Runner:

@@ -63,26 +63,19 @@ import argparse
 import sys
 import time
 from collections.abc import Callable, Sequence
-from importlib import metadata
 from pathlib import Path
 from time import perf_counter
 from typing import Any
 
 import numpy as np
 
-from benchmarks._common.agent_envs import ENV_LABELS, ENVS, sample_actions
-from benchmarks._common.agent_peers import (
-    DEFAULT_IMPLS,
-    ENVMGR_IMPLS,
-    IMPLS,
-    PUFFER_IMPLS,
-    build,
-    skip_reason,
-)
+from benchmarks._common.agent_envs import ENV_LABELS, ENVS
+from benchmarks._common.agent_measure import measure
+from benchmarks._common.agent_peers import DEFAULT_IMPLS, IMPLS, PUFFER_IMPLS, skip_reason
 from benchmarks._common.fresh_child import run_child, suite_main
 from benchmarks._common.paths import RESULTS
-from benchmarks._common.run_context import machine_info
-from benchmarks._common.timing import median, per_round_ratios, rotated, run_for, spread
+from benchmarks._common.run_context import dist_versions, machine_info
+from benchmarks._common.timing import median, per_round_ratios, rotated, spread
 from benchmarks.report.text import fmt_spread, padded_table
 
 DEFAULT_N_ENVS = {"spread-3": [8, 16, 32]}
@@ -98,121 +91,6 @@ VERSIONS = (
 
 
 # ============================================================================ one measurement
-
-
-def io_bytes(pids: Sequence[int]) -> tuple[int, int]:
-    """``(rchar, wchar)`` summed over ``pids``: bytes they moved through system calls."""
-    read = written = 0
-    for pid in pids:
-        fields = dict(line.split(": ") for line in Path(f"/proc/{pid}/io").read_text().splitlines())
-        read += int(fields["rchar"])
-        written += int(fields["wchar"])
-    return read, written
-
-
-def pack_seconds() -> float:
-    """Flush every worker's timers; the merged ``agents.pack`` seconds so far."""
-    from envmgr import timers
-
-    node: dict[str, Any] | None = timers.get_timer_tree()
-    for name in ("workers", "worker_root", "step", "env.step", "agents.pack"):
-        node = (node or {}).get("children", {}).get(name)
-    return float(node["total"]) if node else 0.0
-
-
-#: Steps after a timer flush before bytes are counted: the flush's own traffic (the next
-#: command after it travels by pipe) is over by then.
-SETTLE_BATCHES = 3
-
-
-def profile_envmgr(vec: Any, actions: np.ndarray, k: int, seconds: float) -> dict[str, Any]:
-    """Packing per live agent and bytes per batch, over ``seconds`` of steps (see the module
-    docstring); the steps here are outside the timed window."""
-    manager = vec.manager
-    pids = list(manager.worker_pids)
-    inner = [0.0]
-    manager_step = manager.step
-
-    def timed_manager_step(a: Any) -> Any:
-        t0 = perf_counter()
-        try:
-            return manager_step(a)
-        finally:
-            inner[0] += perf_counter() - t0
-
-    outer = 0.0
-    live = batches = 0
-    io0 = (0, 0)
-    pack0 = pack_seconds()  # a flush: no timer shipment is due for timer_interval from here
-    deadline = perf_counter() + seconds
-    manager.step = timed_manager_step  # the instance attribute shadows the method
-    try:
-        while batches < 2 * SETTLE_BATCHES or perf_counter() < deadline:
-            if batches == SETTLE_BATCHES:
-                io0 = io_bytes(pids)
-            t0 = perf_counter()
-            out = vec.step(actions[(k + batches) % len(actions)])
-            outer += perf_counter() - t0
-            live += int(np.count_nonzero(out[4]["active"]))
-            batches += 1
-    finally:
-        del manager.step
-    read, written = (b - a for a, b in zip(io0, io_bytes(pids), strict=True))
-    pack = pack_seconds() - pack0
-    counted = batches - SETTLE_BATCHES
-    return {
-        "profile_batches": batches,
-        "live_agents_per_batch": live / batches,
-        "worker_pack_us_per_agent": pack / max(live, 1) * 1e6,
-        "parent_unpack_us_per_agent": (outer - inner[0]) / max(live, 1) * 1e6,
-        "pickled_bytes_per_batch": max(0, written - counted) / counted,
-        "written_bytes_per_batch": written / counted,
-        "read_bytes_per_batch": read / counted,
-        "n_workers": len(pids),
-    }
-
-
-def measure(spec: dict[str, Any]) -> dict[str, Any]:
-    """Build, reset, warm up and time one implementation: the body of a ``--child`` run."""
-    env, n, impl, seconds = spec["env"], spec["n_envs"], spec["impl"], spec["seconds"]
-    actions = sample_actions(env, n, 1000 + n)
-    t0 = perf_counter()
-    vec = build(impl, env, n, actions)
-    try:
-        if impl == "ceiling":
-            vec.timed(spec["warmup"])
-            sample = vec.timed(seconds)
-            sample["build_seconds"] = perf_counter() - t0
-            return sample
-        vec.reset(seed=0)
-        sample = {"build_seconds": perf_counter() - t0}
-        deadline = perf_counter() + spec["warmup"]
-        k = 0
-        while k < 5 or perf_counter() < deadline:
-            vec.step(actions[k % len(actions)])
-            k += 1
-        pids = list(vec.manager.worker_pids) if impl in ENVMGR_IMPLS else []
-        io0 = io_bytes(pids)
-        timed = run_for(vec.step, actions, k, seconds)
-        batches, elapsed, cpu = timed["batches"], timed["seconds"], timed["cpu_seconds"]
-        io1 = io_bytes(pids)
-        envs_per_batch = getattr(vec, "envs_per_batch", n)
-        rows_per_batch = actions.shape[1] * envs_per_batch // n
-        sample.update(
-            batches=batches,
-            seconds=elapsed,
-            envs_per_batch=envs_per_batch,
-            agent_steps_per_second=batches * rows_per_batch / elapsed,
-            env_steps_per_second=batches * envs_per_batch / elapsed,
-            # Per n env-steps, so that half batches compare with whole ones.
-            parent_cpu_ms_per_batch=cpu / (batches * envs_per_batch / n) * 1e3,
-        )
-        if impl in ENVMGR_IMPLS:
-            sample["timed_written_bytes_per_batch"] = (io1[1] - io0[1]) / batches
-            sample.update(profile_envmgr(vec, actions, k + batches, spec["profile"]))
-        return sample
-    finally:
-        vec.close()
 
 
 def measure_in_child(spec: dict[str, Any]) -> dict[str, Any]:
@@ -316,14 +194,7 @@ def run(args: argparse.Namespace, save: Callable[[dict[str, Any]], None]) -> dic
 
 def machine() -> dict[str, Any]:
     """The CPU, the date, the commit and the versions of everything compared."""
-
-    def version(dist: str) -> str:
-        try:
-            return metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            return "not installed"
-
-    return machine_info("not used") | {"versions": {d: version(d) for d in VERSIONS}}
+    return machine_info("not used") | {"versions": dist_versions(VERSIONS)}
 
 
 # ============================================================================ report
