@@ -284,10 +284,11 @@ class SharedBuffers:
             old = self._blocks[name]
             whole = RaggedStore.create(old.layout.with_capacities(caps), SEGMENT_PREFIX)
             self._blocks[whole.block] = whole
-            for g, store in enumerate(self.ragged):
-                if store is not None and store.block == name:
+            for g, member in enumerate(self.ragged):
+                if member is not None and member.block == name:
                     self._unpend(g)
-                    part = whole.part(store.layout.first, store.layout.rows, store.layout.writer)
+                    at = member.layout
+                    part = whole.part(at.first, at.rows, at.writer)
                     self.pending[g] = part
                     out[g] = part.layout
         self._free_blocks()
