@@ -340,8 +340,8 @@ class _Leaf:
     def _elements(self, value: Any, shape: tuple[int, ...], dtype: np.dtype[Any], what: str) -> Any:
         """``value`` as ``(L, *shape)`` elements of ``dtype``, or a ValueError naming it."""
         a = value if type(value) is np.ndarray else np.asarray(value)
-        if a.size == 0 and a.ndim <= 1 and shape:
-            a = a.reshape((0, *shape))  # an empty tuple of elements
+        if a.size == 0 and a.ndim <= 1:
+            a = np.empty((0, *shape), dtype)  # an empty tuple of elements: no dtype of its own
         if a.ndim != len(shape) + 1 or a.shape[1:] != shape:
             raise ValueError(
                 f"{self.where}{what} has shape {a.shape}, expected (length, *{shape}) "
