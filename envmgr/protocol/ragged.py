@@ -1,4 +1,4 @@
-"""Variable-size observations (``Sequence``, ``Graph``) as padded arrays plus lengths.
+"""Variable-size values (``Sequence``, ``Graph``) as padded arrays plus lengths.
 
 A space with a ``Sequence`` or ``Graph`` part has no fixed batch shape, but each
 part has a fixed *element*: a ``Sequence(Box((16,)))`` row is ``L`` elements of
@@ -25,10 +25,18 @@ Data flow::
 
 A store in shared memory (a worker's) has a fixed capacity: what does not fit travels
 pickled that once and the parent re-lays the group's store larger
-(:class:`RaggedLayout` carries the version; the writer puts the version it attached
-with in the store's header word, so the parent knows when the writer has moved, even
+(:class:`RaggedLayout` carries the version; the group puts the version it attached
+with in its header word, so the parent knows when the group has moved, even
 if the answer saying so was lost). A private store (a Ray actor's, the caller
 group's) grows in place and never spills.
+
+Under ``ragged="padded"`` the workers' stores are *parts* of one block (one segment,
+one capacity per slot, a header word per group): each worker writes its rows of the
+same arrays, so the batch is those arrays (views, under ``copy=False``). One worker's
+overflow re-lays the whole block, and every worker moves to it.
+
+The same store carries actions the other way (:mod:`envmgr.protocol.action_stores`):
+the parent writes, the group reads :meth:`RaggedStore.batch`.
 """
 
 from __future__ import annotations
