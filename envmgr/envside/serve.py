@@ -31,6 +31,7 @@ from envmgr.protocol.messages import (
     Step,
     StepResponse,
 )
+from envmgr.protocol.ragged import RaggedStore
 
 __all__ = [
     "serve",
@@ -94,7 +95,8 @@ def serve_step(
 ) -> Response | None:
     """:func:`serve` of ``Step(seq, ship_timers, actions)``, without building the command.
 
-    ``actions``: ``None`` when they are in the group's rows of the batch arrays.
+    ``actions``: ``None`` when they are in the group's rows of the batch arrays or its action
+    store; a store (of a Sequence/Graph action space) is read into Gymnasium's batch form.
     """
     # A shipped root's count: the steps and resets it served (what the parent's
     # "workers" node counts), not the number of shipments.
@@ -102,6 +104,8 @@ def serve_step(
     timers.calls += 1
     if actions is None:
         actions = group.views["actions"]
+    if actions.__class__ is RaggedStore:
+        actions = actions.batch()
     # _within(group, "step", ...), inlined: this runs once per batch step.
     stack = timers.stack
     stack.push("step")

@@ -67,13 +67,16 @@ class FrontEndOptions(TypedDict, total=False):
             arrays or ``GraphInstance`` items) or ``"padded"`` (a Sequence part as
             ``(data[num_envs, capacity, *shape], lengths[num_envs])``, a Graph part as
             ``(nodes, n_nodes, edges, edge_links, n_edges)``; past its length a row holds
-            nothing meaningful), or ``"pickled"`` (no store: every observation travels
+            nothing meaningful; under ``copy=False``, views of the workers' shared
+            memory), or ``"pickled"`` (no store: every observation and action travels
             pickled, a point of comparison). See docs/guide/variable-size.md.
         capacity: Starting capacity of the ``Sequence``/``Graph`` parts in shared
             memory: one int for all, or by path (``{"entities/type_a": 64}``, a Graph's
-            ``"graph/nodes"``/``"graph/edges"``, or a key above them). Without it the
-            capacity comes from the observations seen; an observation over capacity
-            travels pickled on that step and the capacity grows.
+            ``"graph/nodes"``/``"graph/edges"``, or a key above them; the action space's
+            parts under ``"actions"``: ``{"actions/targets": 16}``). Without it the
+            capacity comes from the values seen; an observation over capacity travels
+            pickled on that step and the capacity grows (a batch of actions over capacity
+            re-lays that group's action store at once).
         info_bytes_per_env: Bytes of shared memory per env for numeric infos (the info
             columns; default :data:`~envmgr.protocol.info_columns.ROW_BYTES`). A key that
             finds no room travels pickled; multi-agent envs, whose infos hold a value per

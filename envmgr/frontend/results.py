@@ -140,14 +140,18 @@ class BatchReader:
 
     # ================================================================ Sequence/Graph
 
-    def _ragged(self, groups: Sequence[int]) -> Any:
-        """The observations of ``groups`` (ascending) out of their stores and spills."""
+    def _ragged(self, groups: Sequence[int], whole: bool = False) -> Any:
+        """The observations of ``groups`` (ascending) out of their stores and spills.
+
+        ``whole``: the batch of every env, which under ``copy=False`` may be views of the
+        groups' block (``ragged="padded"``).
+        """
         b = self.buffers
         if b.pending:
             b.settle()
         stores, sizes, spills = b.ragged, self.layout.sizes, self.spills
         parts = [(stores[g], range(sizes[g]), spills[g]) for g in groups]
-        return read_stores(self.space, parts, self.padded)
+        return read_stores(self.space, parts, self.padded, whole and not self.copy)
 
     def _read_shared_ragged(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """:meth:`read_shared` of a Sequence/Graph space: every group wrote, none spilled."""
@@ -157,7 +161,7 @@ class BatchReader:
         infos = self.columns.batch()
         if infos is None:
             infos = self._column_infos(None)
-        obs = self._ragged(range(self.layout.n_groups))
+        obs = self._ragged(range(self.layout.n_groups), whole=True)
         return obs, b.rewards.copy(), b.terminations.copy(), b.truncations.copy(), infos
 
     def _read_group_rows_ragged(
@@ -194,7 +198,7 @@ class BatchReader:
                     grown(c, w) if w > c else c for w, c in zip(spill.wants, caps, strict=True)
                 )
         if ids is None:
-            return self._ragged(range(self.layout.n_groups))
+            return self._ragged(range(self.layout.n_groups), whole=True)
         return self._ragged(sorted(set(self.layout.group_of(ids).tolist())))
 
     def _column_infos(self, groups: list[int] | None) -> dict[str, Any]:

@@ -106,6 +106,8 @@ class Session:
         self.worker_timers = WorkerTimers(timer_interval, self.flush_timers, self.layout.n_groups)
         self.reader: BatchReader | None = None
         self.buffers: SharedBuffers | None = None
+        #: Re-laid observation stores not yet announced to their group (it was stepping).
+        self._untold: dict[int, Any] = {}
         self._shutdown = weakref.WeakMethod(shutdown)
         self.recycler = recycler
 
@@ -403,7 +405,7 @@ class Session:
         reader = self.reader
         assert reader is not None
         batch = reader.read_answers(answers, replaced, ids)
-        if reader.grows:
+        if reader.grows or self._untold:
             self.relay_ragged(reader)
         return batch
 
@@ -414,17 +416,26 @@ class Session:
         answers; its header word says it moved, so an answer lost on the way (an interrupt
         here) costs nothing: the store is taken up when the header says so
         (:meth:`SharedBuffers.settle`). A group lost meanwhile is found at the next call.
+        Under ``ragged="padded"`` every group of the block moves; one with a step in flight
+        is told once it has landed (a later answer's call).
         """
         buffers = self.buffers
         assert buffers is not None
         grows, reader.grows = reader.grows, {}
         with timers.hierarchical_timer("ragged.relay", self.worker_timers.stack):
-            for g, capacities in sorted(grows.items()):
-                layout = buffers.relay(g, capacities)
-                seq = self.next_seq()
-                self.backend.post({g: AttachRagged(seq, layout)})
-                self.backend.wait({g: seq}, self.start_timeout, None, "re-lay")
-                buffers.settle()
+            if grows:
+                self._untold.update(buffers.relay(grows))
+            in_flight = self.state.in_flight
+            tell = {g: layout for g, layout in self._untold.items() if g not in in_flight}
+            if not tell:
+                return
+            for g in tell:
+                del self._untold[g]
+            seq = self.next_seq()
+            self.backend.post({g: AttachRagged(seq, layout) for g, layout in tell.items()})
+            self.backend.wait(dict.fromkeys(tell, seq), self.start_timeout, None, "re-lay")
+            buffers.settle()
+            for g in tell:
                 if g not in buffers.pending:
                     reader.spills[g] = {}  # its latest observations are in the new store
 

@@ -84,6 +84,7 @@ class WorkerConfig:
             on first start, when the parent sends :class:`Attach` after
             :class:`Ready`.
         ragged: The worker's store of a Sequence/Graph observation space, with ``layout``.
+        actions: The worker's store of a Sequence/Graph action space, with ``layout``.
         death_signal: Ask the kernel to kill the worker when its parent exits
             (Linux). Only sound when the manager was created on the main thread:
             the signal follows the creating *thread*, not the process.
@@ -97,6 +98,7 @@ class WorkerConfig:
     layout: SharedLayout | None = None
     death_signal: bool = False
     ragged: RaggedLayout | None = None
+    actions: RaggedLayout | None = None
 
 
 # --------------------------------------------------------------------------- commands
@@ -107,12 +109,14 @@ class WorkerConfig:
 class Attach:
     """Attach to the manager's shared memory (sent once, after :class:`Ready`).
 
-    It also attaches to the group's store of a Sequence/Graph observation space (``ragged``).
+    It also attaches to the group's stores of a Sequence/Graph observation space (``ragged``)
+    and action space (``actions``).
     """
 
     seq: int
     layout: SharedLayout
     ragged: RaggedLayout | None = None
+    actions: RaggedLayout | None = None
 
 
 @_fast_pickle
@@ -132,13 +136,18 @@ class Step:
     Attributes:
         seq: Sequence number the answer echoes.
         ship_timers: Send the worker's accumulated timer tree with the answer.
-        actions: Per-env actions, only when the action space cannot live in
-            shared memory (the fallback transport).
+        actions: The group's actions, only when the action space cannot live in
+            shared memory (the fallback transport), or its private
+            :class:`~envmgr.protocol.ragged.RaggedStore` of a Sequence/Graph action space
+            (a Ray actor's).
+        actions_layout: The store of a Sequence/Graph action space to map (a re-laid one)
+            before the actions are read from it.
     """
 
     seq: int
     ship_timers: bool = False
-    actions: tuple[Any, ...] | None = None
+    actions: Any = None
+    actions_layout: RaggedLayout | None = None
 
 
 @_fast_pickle

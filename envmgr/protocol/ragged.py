@@ -1,4 +1,4 @@
-"""Variable-size observations (``Sequence``, ``Graph``) as padded arrays plus lengths.
+"""Variable-size values (``Sequence``, ``Graph``) as padded arrays plus lengths.
 
 A space with a ``Sequence`` or ``Graph`` part has no fixed batch shape, but each
 part has a fixed *element*: a ``Sequence(Box((16,)))`` row is ``L`` elements of
@@ -25,17 +25,25 @@ Data flow::
 
 A store in shared memory (a worker's) has a fixed capacity: what does not fit travels
 pickled that once and the parent re-lays the group's store larger
-(:class:`RaggedLayout` carries the version; the writer puts the version it attached
-with in the store's header word, so the parent knows when the writer has moved, even
+(:class:`RaggedLayout` carries the version; the group puts the version it attached
+with in its header word, so the parent knows when the group has moved, even
 if the answer saying so was lost). A private store (a Ray actor's, the caller
 group's) grows in place and never spills.
+
+Under ``ragged="padded"`` the workers' stores are *parts* of one block (one segment,
+one capacity per slot, a header word per group): each worker writes its rows of the
+same arrays, so the batch is those arrays (views, under ``copy=False``). One worker's
+overflow re-lays the whole block, and every worker moves to it.
+
+The same store carries actions the other way (:mod:`envmgr.protocol.action_stores`):
+the parent writes, the group reads :meth:`RaggedStore.batch`.
 """
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from multiprocessing import shared_memory
 from typing import Any
 
@@ -53,6 +61,9 @@ __all__ = [
     "RaggedSpill",
     "fits_ragged",
     "capacities_for",
+    "slot_names",
+    "ACTIONS_ROOT",
+    "path_name",
     "grown",
     "read_stores",
     "row_of",
@@ -117,13 +128,13 @@ def path_name(path: Path) -> str:
     return "/".join(map(str, path))
 
 
-def _where(path: Path) -> str:
-    return "observations" + "".join(f"[{k!r}]" for k in path)
+def _where(path: Path, root: str = "observations") -> str:
+    return root + "".join(f"[{k!r}]" for k in path)
 
 
-def _slots(path: Path, space: gym.Space[Any]) -> list[str]:
+def _slots(path: Path, space: gym.Space[Any], root: str = "") -> list[str]:
     """The capacity slots of a leaf, by name (none for a fixed part)."""
-    name = path_name(path)
+    name = "/".join(filter(None, (root, path_name(path))))
     if isinstance(space, gym.spaces.Sequence):
         return [name]
     if isinstance(space, gym.spaces.Graph):
@@ -131,33 +142,58 @@ def _slots(path: Path, space: gym.Space[Any]) -> list[str]:
     return []
 
 
-def capacities_for(space: gym.Space[Any], hint: int | Mapping[str, int] | None) -> tuple[int, ...]:
+#: The root of the action space's names in ``capacity=`` hints (``"actions/targets"``).
+ACTIONS_ROOT = "actions"
+
+
+def slot_names(space: gym.Space[Any], root: str = "") -> list[str]:
+    """The names of the capacity slots of ``space``, below ``root``, in leaf order."""
+    return [slot for path, s in _leaves(space) or [] for slot in _slots(path, s, root)]
+
+
+def capacities_for(
+    space: gym.Space[Any],
+    hint: int | Mapping[str, int] | None,
+    root: str = "",
+    known: Sequence[str] | None = None,
+) -> tuple[int, ...]:
     """The starting capacity of every slot of ``space`` from a ``capacity=`` hint.
 
     A hint key names a leaf (``"entities/type_a"``), a Graph's ``nodes``/``edges`` below
     it, or any part above (``"entities"``): the longest key that matches wins. Without a
-    hint a slot starts at 0 and grows to what the observations need.
+    hint a slot starts at 0 and grows to what the values need. An int is every slot's.
+
+    Args:
+        space: The space (observations, or actions).
+        hint: The manager's ``capacity=``.
+        root: What the names of this space start with (:data:`ACTIONS_ROOT` for actions).
+        known: Every name a key may match (both spaces' slots); default this space's.
 
     Raises:
-        ValueError: A key that names no part of the space, or a negative capacity.
+        ValueError: A key that names no part of the spaces, or a negative capacity.
     """
-    names = [slot for path, s in _leaves(space) or [] for slot in _slots(path, s)]
+    names = slot_names(space, root)
+
+    def matches(name: str, key: str) -> bool:
+        return name == key or name.startswith(f"{key}/") or not key
+
     if hint is None or isinstance(hint, int):
         value = 0 if hint is None else int(hint)
         if value < 0:
             raise ValueError(f"capacity must be >= 0, got {hint!r}")
         return (value,) * len(names)
+    every = names if known is None else list(known)
     for key, value in hint.items():
-        if not any(n == key or n.startswith(f"{key}/") or not key for n in names):
+        if not any(matches(n, key) for n in every):
             raise ValueError(
-                f"capacity names {key!r}, which is no variable-size part of the space: "
-                f"its parts are {names}"
+                f"capacity names {key!r}, which is no variable-size part of the spaces: "
+                f"their parts are {every}"
             )
         if not isinstance(value, int) or value < 0:
             raise ValueError(f"capacity[{key!r}] must be an int >= 0, got {value!r}")
     out = []
     for n in names:
-        keys = [k for k in hint if n == k or n.startswith(f"{k}/") or not k]
+        keys = [k for k in hint if matches(n, k)]
         out.append(int(hint[max(keys, key=len)]) if keys else 0)
     return tuple(out)
 
@@ -192,9 +228,14 @@ class RaggedLayout:
     Attributes:
         name: The shared-memory segment's name (``""``: private memory).
         version: Numbers this layout; a re-laid store gets a new one.
-        space: The single-env observation space.
+        space: The single-env space (observations or actions).
         rows: Envs in the group.
         capacities: Each slot's capacity, in leaf order (see :func:`capacities_for`).
+        root: What the rows are, as error messages name them (``"actions"``).
+        first: The group's first row in the block, when the store is part of one.
+        block_rows: Rows of the whole block (``0``: the store is no part of one).
+        writer: The header word the group's writer puts its version in.
+        writers: Header words (one per group sharing the block).
     """
 
     name: str
@@ -202,10 +243,20 @@ class RaggedLayout:
     space: gym.Space[Any]
     rows: int
     capacities: tuple[int, ...]
+    root: str = "observations"
+    first: int = 0
+    block_rows: int = 0
+    writer: int = 0
+    writers: int = 1
+
+    @property
+    def all_rows(self) -> int:
+        """Rows of the whole block (its own rows, when it is no part of one)."""
+        return self.block_rows or self.rows
 
     def templates(self) -> list[tuple[Path, gym.Space[Any], dict[str, tuple[Any, ...]]]]:
-        """Each leaf's arrays as ``name -> (shape, dtype)``, in memory order."""
-        n, caps, out = self.rows, iter(self.capacities), []
+        """Each leaf's arrays (over the whole block) as ``name -> (shape, dtype)``, in order."""
+        n, caps, out = self.all_rows, iter(self.capacities), []
         for path, space in _leaves(self.space) or []:
             arrays: dict[str, tuple[Any, ...]] = {}
             if isinstance(space, gym.spaces.Sequence):
@@ -226,9 +277,13 @@ class RaggedLayout:
             out.append((path, space, arrays))
         return out
 
+    def header_bytes(self) -> int:
+        """Bytes of the header: one word per writer, at least a cache line."""
+        return max(_HEADER, _aligned(8 * self.writers))
+
     def size(self) -> int:
-        """Bytes of the store, every array aligned to a cache line."""
-        offset = _HEADER
+        """Bytes of the store (of its whole block), every array aligned to a cache line."""
+        offset = self.header_bytes()
         for _, _, arrays in self.templates():
             for shape, dtype in arrays.values():
                 offset = _aligned(offset) + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
@@ -236,7 +291,11 @@ class RaggedLayout:
 
     def with_capacities(self, capacities: tuple[int, ...], name: str = "") -> RaggedLayout:
         """The next version of this layout, with new capacities."""
-        return RaggedLayout(name, self.version + 1, self.space, self.rows, capacities)
+        return replace(self, name=name, version=self.version + 1, capacities=capacities)
+
+    def part(self, first: int, rows: int, writer: int) -> RaggedLayout:
+        """The layout of one group's rows ``first:first + rows`` of this whole block."""
+        return replace(self, rows=rows, first=first, block_rows=self.all_rows, writer=writer)
 
 
 def _aligned(offset: int) -> int:
@@ -259,10 +318,19 @@ class RaggedSpill:
 class _Leaf:
     """One leaf's arrays in a store, and how a row is written and read."""
 
-    __slots__ = ("path", "space", "arrays", "slots", "shape", "dtype", "edge_shape", "edge_dtype")
+    __slots__ = (
+        "path", "space", "arrays", "slots", "shape", "dtype", "edge_shape", "edge_dtype", "where"
+    )  # fmt: skip
 
-    def __init__(self, path: Path, space: gym.Space[Any], arrays: dict[str, np.ndarray]) -> None:
+    def __init__(
+        self,
+        path: Path,
+        space: gym.Space[Any],
+        arrays: dict[str, np.ndarray],
+        root: str = "observations",
+    ) -> None:
         self.path, self.space, self.arrays = path, space, arrays
+        self.where = _where(path, root)
         self.edge_shape: tuple[int, ...] = ()
         self.edge_dtype: np.dtype[Any] = np.dtype(np.int64)
         if isinstance(space, gym.spaces.Sequence):
@@ -280,16 +348,16 @@ class _Leaf:
     def _elements(self, value: Any, shape: tuple[int, ...], dtype: np.dtype[Any], what: str) -> Any:
         """``value`` as ``(L, *shape)`` elements of ``dtype``, or a ValueError naming it."""
         a = value if type(value) is np.ndarray else np.asarray(value)
-        if a.size == 0 and a.ndim <= 1 and shape:
-            a = a.reshape((0, *shape))  # an empty tuple of elements
+        if a.size == 0 and a.ndim <= 1:
+            a = np.empty((0, *shape), dtype)  # an empty tuple of elements: no dtype of its own
         if a.ndim != len(shape) + 1 or a.shape[1:] != shape:
             raise ValueError(
-                f"{_where(self.path)}{what} has shape {a.shape}, expected (length, *{shape}) "
+                f"{self.where}{what} has shape {a.shape}, expected (length, *{shape}) "
                 f"for {self.space}"
             )
         if a.dtype != dtype and not np.can_cast(a.dtype, dtype, "same_kind"):
             raise ValueError(
-                f"{_where(self.path)}{what} has dtype {a.dtype}, which {self.space} "
+                f"{self.where}{what} has dtype {a.dtype}, which {self.space} "
                 f"(dtype {dtype}) cannot hold unchanged"
             )
         return a
@@ -302,7 +370,7 @@ class _Leaf:
             out = arrays["values"]
             if a.shape != out.shape[1:] or not np.can_cast(a.dtype, out.dtype, "same_kind"):
                 raise ValueError(
-                    f"{_where(self.path)} has shape {a.shape} and dtype {a.dtype}, expected "
+                    f"{self.where} has shape {a.shape} and dtype {a.dtype}, expected "
                     f"shape {out.shape[1:]} and dtype {out.dtype}"
                 )
             out[i] = a
@@ -317,26 +385,20 @@ class _Leaf:
             arrays["lengths"][i] = len(a)
             return True
         if not isinstance(value, GraphInstance):
-            raise ValueError(
-                f"{_where(self.path)} is a {type(value).__name__}, not a GraphInstance"
-            )
+            raise ValueError(f"{self.where} is a {type(value).__name__}, not a GraphInstance")
         nodes = self._elements(value.nodes, self.shape, self.dtype, ".nodes")
         edges = links = None
         if value.edges is not None or value.edge_links is not None:
             if "edges" not in arrays:
-                raise ValueError(
-                    f"{_where(self.path)} has edges, but {self.space} has no edge space"
-                )
+                raise ValueError(f"{self.where} has edges, but {self.space} has no edge space")
             edges = self._elements(value.edges, self.edge_shape, self.edge_dtype, ".edges")
             links = self._elements(value.edge_links, (2,), np.dtype(np.int64), ".edge_links")
             if links.dtype not in _LINK_TYPES:
                 raise ValueError(
-                    f"{_where(self.path)}.edge_links has dtype {links.dtype}, expected integers"
+                    f"{self.where}.edge_links has dtype {links.dtype}, expected integers"
                 )
             if len(links) != len(edges):
-                raise ValueError(
-                    f"{_where(self.path)} has {len(edges)} edges but {len(links)} edge_links"
-                )
+                raise ValueError(f"{self.where} has {len(edges)} edges but {len(links)} edge_links")
         fits = True
         if len(nodes) > arrays["nodes"].shape[1]:
             wants[slot] = max(wants[slot], len(nodes))
@@ -384,9 +446,10 @@ class RaggedStore:
 
     Args:
         layout: Its layout.
-        shm: The segment it lives in (``None``: private memory).
+        shm: The segment it lives in (``None``: private memory, or ``buffer``).
         owner: This process created the segment (and unlinks it).
         growable: Grow in place instead of spilling (private memory only).
+        buffer: The memory of the block this store is a part of (:meth:`part`).
     """
 
     def __init__(
@@ -395,24 +458,31 @@ class RaggedStore:
         shm: shared_memory.SharedMemory | None = None,
         owner: bool = True,
         growable: bool = False,
+        buffer: Any = None,
     ) -> None:
         self.layout = layout
         self._shm = shm
         self._owner = owner
         self.growable = growable
-        buf: Any = (
-            bytearray(layout.size()) if shm is None else (getattr(shm, "_mmap", None) or shm.buf)
-        )
-        self.header = np.ndarray((8,), np.int64, buffer=buf, offset=0)
-        offset = _HEADER
+        buf: Any = buffer
+        if buf is None:
+            buf = bytearray(layout.size()) if shm is None else _memory(shm)
+        self._buffer = buf
+        self.header = np.ndarray((layout.header_bytes() // 8,), np.int64, buffer=buf, offset=0)
+        offset = layout.header_bytes()
+        rows = slice(layout.first, layout.first + layout.rows)
         self.leaves: list[_Leaf] = []
+        #: Each leaf's arrays over the whole block (the store's own, when it is no part).
+        self.block_arrays: list[dict[str, np.ndarray]] = []
         for path, space, templates in layout.templates():
-            arrays = {}
+            whole = {}
             for key, (shape, dtype) in templates.items():
                 offset = _aligned(offset)
-                arrays[key] = np.ndarray(shape, dtype, buffer=buf, offset=offset)
-                offset += arrays[key].nbytes
-            self.leaves.append(_Leaf(path, space, arrays))
+                whole[key] = np.ndarray(shape, dtype, buffer=buf, offset=offset)
+                offset += whole[key].nbytes
+            self.block_arrays.append(whole)
+            arrays = whole if not layout.block_rows else {k: a[rows] for k, a in whole.items()}
+            self.leaves.append(_Leaf(path, space, arrays, layout.root))
         self._first_slot = np.cumsum([0] + [leaf.slots for leaf in self.leaves]).tolist()
         self.spilled: list[tuple[int, Any]] = []
         self.wants = [0] * len(layout.capacities)
@@ -426,15 +496,31 @@ class RaggedStore:
         """A new store in a new shared-memory segment (parent side); :meth:`close` it."""
         name = f"{prefix}{secrets.token_hex(6)}"
         shm = shared_memory.SharedMemory(name=name, create=True, size=max(layout.size(), _ALIGN))
-        named = RaggedLayout(shm.name, layout.version, layout.space, layout.rows, layout.capacities)
-        return cls(named, shm, owner=True)
+        return cls(replace(layout, name=shm.name), shm, owner=True)
 
     @classmethod
     def private(
-        cls, space: gym.Space[Any], rows: int, capacities: tuple[int, ...], growable: bool = True
+        cls,
+        space: gym.Space[Any],
+        rows: int,
+        capacities: tuple[int, ...],
+        growable: bool = True,
+        root: str = "observations",
     ) -> RaggedStore:
         """A store in this process's memory (a Ray actor or driver, the caller group)."""
-        return cls(RaggedLayout("", 1, space, rows, capacities), None, True, growable)
+        return cls(RaggedLayout("", 1, space, rows, capacities, root), None, True, growable)
+
+    def part(self, first: int, rows: int, writer: int) -> RaggedStore:
+        """Rows ``first:first + rows`` of this store (a whole block), written by ``writer``.
+
+        The part shares this store's memory; closing it frees nothing (the block does).
+        """
+        return RaggedStore(self.layout.part(first, rows, writer), None, False, buffer=self._buffer)
+
+    @property
+    def block(self) -> str:
+        """What names the memory of the block: equal for the parts of one block."""
+        return self.layout.name or f"private-{id(self._buffer)}"
 
     # ------------------------------------------------------------------ writing
 
@@ -476,8 +562,7 @@ class RaggedStore:
                     part = part[k]
             except (KeyError, IndexError, TypeError) as exc:
                 raise ValueError(
-                    f"env {first_env + i}: {_where(leaf.path)} is missing from its observation "
-                    f"({type(exc).__name__}: {exc})"
+                    f"env {first_env + i}: {leaf.where} is missing ({type(exc).__name__}: {exc})"
                 ) from None
             try:
                 if not leaf.write(i, part, wants, slot):
@@ -494,7 +579,12 @@ class RaggedStore:
         )
         bigger = RaggedStore(self.layout.with_capacities(caps), None, True, True)
         bigger.load(self)
+        self._take(bigger)
+
+    def _take(self, bigger: RaggedStore) -> None:
+        """Become ``bigger`` (a private store re-laid larger)."""
         self.layout, self.leaves, self.header = bigger.layout, bigger.leaves, bigger.header
+        self.block_arrays, self._buffer = bigger.block_arrays, bigger._buffer
 
     def load(self, other: RaggedStore) -> None:
         """Copy every row of ``other`` (the same space and rows) into this store.
@@ -505,8 +595,7 @@ class RaggedStore:
             o > c for o, c in zip(other.layout.capacities, self.layout.capacities, strict=True)
         ):
             caps = tuple(map(max, other.layout.capacities, self.layout.capacities))
-            bigger = RaggedStore(self.layout.with_capacities(caps), None, True, self.growable)
-            self.layout, self.leaves, self.header = bigger.layout, bigger.leaves, bigger.header
+            self._take(RaggedStore(self.layout.with_capacities(caps), None, True, self.growable))
         for mine, theirs in zip(self.leaves, other.leaves, strict=True):
             for key, dst in mine.arrays.items():
                 src = theirs.arrays[key]
@@ -525,21 +614,25 @@ class RaggedStore:
     def attach(cls, layout: RaggedLayout) -> RaggedStore:
         """Map the segment of ``layout`` (worker side) and say so in its header word."""
         store = cls(layout, open_segment(layout.name), owner=False)
-        store.header[0] = layout.version
+        store.header[layout.writer] = layout.version
         return store
 
     @property
     def attached(self) -> bool:
-        """The writer maps this store (its header holds this layout's version)."""
-        return int(self.header[0]) == self.layout.version
+        """The group maps this store (its header word holds this layout's version)."""
+        return int(self.header[self.layout.writer]) == self.layout.version
+
+    def batch(self) -> Any:
+        """Every row in Gymnasium's batch form, as fresh arrays (a reader's side)."""
+        return read_stores(self.layout.space, [(self, range(self.layout.rows), {})], False)
 
     def close(self) -> None:
         """Unmap (and, in the creating process, unlink) the segment; idempotent."""
         shm, self._shm = self._shm, None
         if shm is None:
             return
-        self.leaves = []
-        self.header = np.zeros(8, np.int64)
+        self.leaves, self.block_arrays = [], []
+        self.header = np.zeros(self.header.shape, np.int64)
         if self._owner:
             try:
                 shm.unlink()
@@ -550,9 +643,14 @@ class RaggedStore:
         shm.close()
 
 
+def _memory(shm: shared_memory.SharedMemory) -> Any:
+    """The segment's memory to lay arrays over: the mmap itself (see SharedBuffers)."""
+    return getattr(shm, "_mmap", None) or shm.buf
+
+
 def _private_copy(layout: RaggedLayout, arrays: list[dict[str, np.ndarray]]) -> RaggedStore:
     store = RaggedStore(
-        RaggedLayout("", layout.version, layout.space, layout.rows, layout.capacities)
+        RaggedLayout("", layout.version, layout.space, layout.rows, layout.capacities, layout.root)
     )
     for leaf, got in zip(store.leaves, arrays, strict=True):
         for key, a in got.items():
@@ -576,6 +674,7 @@ def read_stores(
     space: gym.Space[Any],
     parts: list[tuple[RaggedStore, range, dict[int, Any]]],
     padded: bool,
+    views: bool = False,
 ) -> Any:
     """The rows of ``parts`` as one batch: SyncVectorEnv's form, or padded.
 
@@ -586,13 +685,54 @@ def read_stores(
         padded: Each Sequence leaf as ``(data, lengths)``, each Graph leaf as
             ``(nodes, n_nodes, edges, edge_links, n_edges)`` (``n_edges`` -1: none),
             instead of tuples of per-env items.
+        views: When ``parts`` are every row of one block and none travelled pickled, the
+            padded arrays are views of the block (else fresh arrays, as always).
     """
     leaves = [leaf for leaf in parts[0][0].leaves]
+    whole = _whole_block(parts) if padded else None
+    if whole is not None:
+        take = (lambda a: a) if views else np.ndarray.copy
+        return _nest(
+            space, (_padded_view(leaf, a, take) for leaf, a in zip(leaves, whole, strict=True))
+        )
     values = []
     for k, leaf in enumerate(leaves):
         pieces = [(store.leaves[k], rows, over) for store, rows, over in parts]
         values.append(_padded(leaf, pieces) if padded and leaf.slots else _gym(leaf, pieces))
     return _nest(space, iter(values))
+
+
+def _whole_block(
+    parts: list[tuple[RaggedStore, range, dict[int, Any]]],
+) -> list[dict[str, np.ndarray]] | None:
+    """The arrays of the block ``parts`` cover row by row, whole and in order, else ``None``."""
+    first = parts[0][0]
+    at = 0
+    for store, rows, over in parts:
+        layout = store.layout
+        if over or store.block != first.block or layout.first != at:
+            return None
+        if rows != range(layout.rows):
+            return None
+        at += layout.rows
+    return first.block_arrays if at == first.layout.all_rows else None
+
+
+def _padded_view(leaf: _Leaf, arrays: dict[str, np.ndarray], take: Any) -> Any:
+    """One leaf of a whole block in the padded form, through ``take`` (a view, or a copy)."""
+    if leaf.slots == 0:
+        return take(arrays["values"])
+    if leaf.slots == 1:
+        return take(arrays["data"]), take(arrays["lengths"])
+    counts = arrays["counts"]
+    edges, links = arrays.get("edges"), arrays.get("links")
+    return (
+        take(arrays["nodes"]),
+        take(counts[:, 0]),
+        None if edges is None else take(edges),
+        None if links is None else take(links),
+        take(counts[:, 1]),
+    )
 
 
 def _gym(leaf: _Leaf, pieces: list[tuple[_Leaf, range, dict[int, Any]]]) -> Any:

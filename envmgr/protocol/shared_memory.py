@@ -19,7 +19,7 @@ arrays a user receives have exactly the structure ``SyncVectorEnv`` returns.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from multiprocessing import shared_memory
 from typing import Any
@@ -28,13 +28,16 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector.utils import create_empty_array
 
+from envmgr.protocol.action_stores import ActionStores
 from envmgr.protocol.info_columns import ROW_BYTES
 from envmgr.protocol.ragged import (
+    ACTIONS_ROOT,
     RaggedLayout,
     RaggedOptions,
     RaggedStore,
     capacities_for,
     fits_ragged,
+    slot_names,
 )
 from envmgr.protocol.segments import SEGMENT_PREFIX, open_segment
 from envmgr.protocol.trees import tree_map
@@ -203,6 +206,10 @@ class SharedBuffers:
         self.ragged: list[RaggedStore | None] | None = None
         #: Re-laid stores whose writer has not moved to them yet, by group.
         self.pending: dict[int, RaggedStore] = {}
+        #: The whole blocks the groups' stores are parts of (``ragged="padded"``), by name.
+        self._blocks: dict[str, RaggedStore] = {}
+        #: The groups' stores of an action space with Sequence/Graph parts, else ``None``.
+        self.action_stores: ActionStores | None = None
 
     def add_ragged(
         self,
@@ -210,45 +217,93 @@ class SharedBuffers:
         options: RaggedOptions | None,
         shared: bool,
     ) -> None:
-        """Give each group of ``sizes`` its store of the observation space.
+        """Give each group of ``sizes`` its store of the observation space, and of the actions.
 
         Groups are taken in order, after those already added, when the space has Sequence/Graph
-        parts: in new segments (``shared``, workers'), else private and growing in place.
+        parts: in new segments (``shared``, workers'), else private and growing in place. Shared
+        stores under ``ragged="padded"`` are the parts of one block, so that a batch of them is
+        one array per leaf (views under ``copy=False``).
         """
-        space = self.layout.observation_space
-        if not fits_ragged(space) or (options is not None and options.mode == "pickled"):
+        if options is not None and options.mode == "pickled":
             return
-        caps = capacities_for(space, None if options is None else options.capacity)
+        obs, acts = self.layout.observation_space, self.layout.action_space
+        known = [*slot_names(obs), *slot_names(acts, ACTIONS_ROOT)]
+        hint = None if options is None else options.capacity
+        if fits_ragged(acts):
+            if self.action_stores is None:
+                caps = capacities_for(acts, hint, ACTIONS_ROOT, known)
+                self.action_stores = ActionStores(acts, caps)
+            self.action_stores.add(sizes, shared)
+        if not fits_ragged(obs):
+            if hint is not None and not isinstance(hint, int):
+                capacities_for(obs, hint, "", known)  # a key naming no part is refused
+            return
+        caps = capacities_for(obs, hint, "", known)
         if self.ragged is None:
             self.ragged = []
+        if shared and options is not None and options.mode == "padded":
+            whole = RaggedStore.create(
+                RaggedLayout("", 1, obs, sum(sizes), caps, writers=len(sizes)), SEGMENT_PREFIX
+            )
+            self._blocks[whole.block] = whole
+            first, base = 0, len(self.ragged)
+            for k, n in enumerate(sizes):
+                self.ragged.append(whole.part(first, n, base + k))
+                first += n
+            return
         for n in sizes:
             if shared:
                 self.ragged.append(
-                    RaggedStore.create(RaggedLayout("", 1, space, n, caps), SEGMENT_PREFIX)
+                    RaggedStore.create(RaggedLayout("", 1, obs, n, caps), SEGMENT_PREFIX)
                 )
             else:
-                self.ragged.append(RaggedStore.private(space, n, caps))
+                self.ragged.append(RaggedStore.private(obs, n, caps))
 
-    def relay(self, g: int, capacities: tuple[int, ...]) -> RaggedLayout:
-        """Return the layout of a larger store for group ``g`` in a new segment, for its writer.
+    def relay(self, grows: Mapping[int, tuple[int, ...]]) -> dict[int, RaggedLayout]:
+        """Lay larger stores for the groups of ``grows`` (at those capacities) in new segments.
 
-        The store is pending until its writer maps it (:meth:`settle`).
+        A group whose store is part of a block moves with every group of that block, to a new
+        block at the largest capacities. Returns the layout each group's writer is to map; the
+        stores are pending until it does (:meth:`settle`).
         """
         assert self.ragged is not None
-        current = self.ragged[g]
-        assert current is not None
+        out: dict[int, RaggedLayout] = {}
+        blocks: dict[str, tuple[int, ...]] = {}
+        for g, caps in grows.items():
+            current = self.ragged[g]
+            assert current is not None
+            if current.layout.block_rows:
+                before = blocks.get(current.block, current.layout.capacities)
+                blocks[current.block] = tuple(map(max, before, caps))
+                continue
+            self._unpend(g)
+            store = RaggedStore.create(current.layout.with_capacities(caps), SEGMENT_PREFIX)
+            self.pending[g] = store
+            out[g] = store.layout
+        for name, caps in blocks.items():
+            old = self._blocks[name]
+            whole = RaggedStore.create(old.layout.with_capacities(caps), SEGMENT_PREFIX)
+            self._blocks[whole.block] = whole
+            for g, member in enumerate(self.ragged):
+                if member is not None and member.block == name:
+                    self._unpend(g)
+                    at = member.layout
+                    part = whole.part(at.first, at.rows, at.writer)
+                    self.pending[g] = part
+                    out[g] = part.layout
+        self._free_blocks()
+        return out
+
+    def _unpend(self, g: int) -> None:
         old = self.pending.pop(g, None)
         if old is not None:
             old.close()
-        store = RaggedStore.create(current.layout.with_capacities(capacities), SEGMENT_PREFIX)
-        self.pending[g] = store
-        return store.layout
 
     def settle(self) -> None:
         """Read each group from the store its writer maps.
 
         A pending store it has attached to (its header says so) replaces the old one, which is
-        freed.
+        freed (a block, once no group is left in it).
         """
         assert self.ragged is not None
         for g, store in list(self.pending.items()):
@@ -257,20 +312,22 @@ class SharedBuffers:
                 old, self.ragged[g] = self.ragged[g], store
                 if old is not None:
                     old.close()
+        if self._blocks:
+            self._free_blocks()
+
+    def _free_blocks(self) -> None:
+        """Close the blocks no group's store (current or pending) is a part of."""
+        used = {s.block for s in [*(self.ragged or ()), *self.pending.values()] if s is not None}
+        for name in [n for n in self._blocks if n not in used]:
+            self._blocks.pop(name).close()
 
     def ragged_layout(self, g: int) -> RaggedLayout | None:
-        """The layout group ``g``'s writer maps (a replacement's, say)."""
+        """The layout group ``g``'s writer is to map: the newest (a pending replacement's)."""
         if self.ragged is None:
             return None
         self.settle()
-        store = self.ragged[g]
+        store = self.pending[g] if g in self.pending else self.ragged[g]
         return None if store is None else store.layout
-
-    def drop_pending(self, g: int) -> None:
-        """Forget group ``g``'s re-laid store (its writer was replaced first)."""
-        store = self.pending.pop(g, None)
-        if store is not None:
-            store.close()
 
     @classmethod
     def create(
@@ -336,11 +393,14 @@ class SharedBuffers:
 
         Idempotent. Views handed out earlier must not be used afterwards.
         """
-        stores = [*(self.ragged or ()), *self.pending.values()]
+        stores = [*(self.ragged or ()), *self.pending.values(), *self._blocks.values()]
         self.ragged, self.pending = None if self.ragged is None else [], {}
+        self._blocks = {}
         for store in stores:
             if store is not None:
                 store.close()
+        if self.action_stores is not None:
+            self.action_stores.close()
         shm, self._shm = self._shm, None
         if shm is None:
             return

@@ -113,3 +113,91 @@ class BadEntityEnv(EntityEnv):
 def hosted_entities(n: int) -> gym.vector.VectorEnv:  # type: ignore[type-arg]
     """A SyncVectorEnv of ``n`` entity envs (a VectorEnv hosted by each group)."""
     return gym.vector.SyncVectorEnv([EntityEnv] * n)
+
+
+def order_space(nested: bool = True) -> spaces.Space[Any]:
+    """One order per entity: ``Dict(move=Discrete, targets=Sequence(Box), picks=Sequence(
+    Discrete, stack=False))``, or (``nested=False``) the bare ``Sequence(Box)``."""
+    targets = spaces.Sequence(spaces.Box(-1.0, 1.0, (2,), np.float32), stack=True)
+    if not nested:
+        return targets
+    return spaces.Dict(
+        {
+            "move": spaces.Discrete(3),
+            "targets": targets,
+            "picks": spaces.Sequence(spaces.Discrete(5), stack=False),
+        }
+    )
+
+
+class OrdersEnv(gym.Env):  # type: ignore[type-arg]
+    """Takes one order per entity (a Sequence action space) and observes them back.
+
+    Its observation echoes the targets it was given and its reward sums the orders, so a
+    batch tells whether each env got exactly its own orders; it refuses an order of any
+    other type than Gymnasium's batch form gives an env (an array of the element dtype for
+    ``stack=True``, a tuple of numpy integers for ``stack=False``). Episodes of 6 steps.
+    """
+
+    def __init__(self, nested: bool = True) -> None:
+        self.nested = nested
+        self.action_space = order_space(nested)
+        self.observation_space = spaces.Dict(
+            {
+                "echo": spaces.Sequence(spaces.Box(-1.0, 1.0, (2,), np.float32), stack=True),
+                "seen": spaces.Box(0, 1 << 20, (1,), np.int64),
+            }
+        )
+        self.t = 0
+        self.seen = 0
+
+    def _obs(self, targets: np.ndarray) -> dict[str, Any]:
+        return {"echo": targets.copy(), "seen": np.array([self.seen], np.int64)}
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(np.zeros((0, 2), np.float32)), {}
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        targets = action["targets"] if self.nested else action
+        if type(targets) is not np.ndarray or targets.dtype != np.float32 or targets.ndim != 2:
+            raise TypeError(f"targets arrived as {type(targets).__name__} {targets!r}")
+        reward = float(targets.sum())
+        if self.nested:
+            picks, move = action["picks"], action["move"]
+            if type(picks) is not tuple or any(type(p) is not np.int64 for p in picks):
+                raise TypeError(f"picks arrived as {picks!r}")
+            if type(move) is not np.int64:
+                raise TypeError(f"move arrived as {type(move).__name__}")
+            reward += sum(int(p) for p in picks) + 10 * int(move)
+        self.t += 1
+        self.seen += len(targets)
+        return self._obs(targets), reward, self.t >= 6, False, {}
+
+
+def orders(
+    n: int, steps: int, nested: bool = True, jump: tuple[int, int] | None = None, seed: int = 0
+) -> list[Any]:
+    """``steps`` batches of orders for ``n`` envs, in Gymnasium's batch form: 0-3 entities
+    each; ``jump=(step, env)``: that env gives 40 from that step on."""
+    rng = np.random.default_rng(seed)
+    out: list[Any] = []
+    for t in range(steps):
+        lengths = rng.integers(0, 4, n)
+        if jump is not None and t >= jump[0]:
+            lengths[jump[1]] += 40
+        targets = tuple(rng.uniform(-1, 1, (k, 2)).astype(np.float32) for k in lengths)
+        if not nested:
+            out.append(targets)
+            continue
+        picks = tuple(tuple(np.int64(p) for p in rng.integers(0, 5, k)) for k in lengths)
+        out.append({"move": rng.integers(0, 3, n), "targets": targets, "picks": picks})
+    return out
+
+
+def hosted_orders(n: int) -> gym.vector.VectorEnv:  # type: ignore[type-arg]
+    """A SyncVectorEnv of ``n`` order-taking envs (a VectorEnv hosted by each group)."""
+    return gym.vector.SyncVectorEnv([OrdersEnv] * n)

@@ -149,14 +149,20 @@ class CallerBackend:
             workers: Sequence[int] = self._workers  # a batch step: every group
         else:
             workers = [g for g in groups if g != caller] if mine else groups
-        self.inner.post_step(workers, seq, ship, actions, ids)
-        if mine:
-            buffers = self.inner.buffers
-            assert buffers is not None
-            share = None  # actions already placed in shared memory, the caller's rows too
-            if buffers.actions is None:
+        buffers = self.inner.buffers
+        assert buffers is not None
+        share: Any = None  # actions already placed in shared memory, the caller's rows too
+        if mine and buffers.actions is None:
+            stores = buffers.action_stores
+            if stores is not None:
+                # Its store is this process's: written (and checked) before any worker wakes.
+                stores.place(actions, [caller], ids)
+                share = stores.stores[caller]
+            else:
                 space = buffers.layout.action_space
                 share = group_shares(space, actions, self.layout, [caller], ids)[caller]
+        self.inner.post_step(workers, seq, ship, actions, ids)
+        if mine:
             self._queued = Step(seq, ship, share)
 
     def wait(

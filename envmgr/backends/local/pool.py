@@ -170,7 +170,7 @@ class WorkerPool:
 
     # ================================================================ starting
 
-    def spawn(self, g: int, layout: Any, ragged: Any = None) -> None:
+    def spawn(self, g: int, layout: Any, ragged: Any = None, actions: Any = None) -> None:
         """Start worker ``g``'s process and record it as group ``g``'s.
 
         It takes the place of the one there, or becomes the next group; with ``layout`` it
@@ -180,8 +180,8 @@ class WorkerPool:
         are recorded (:func:`ctrl_c_held`), so an interrupt always finds them where
         :meth:`stop`, the waits and the shutdown look. Before the fork, an interrupt or
         an exception leaves group ``g``'s old process recorded (:meth:`forget` leaves
-        it unclosed for that) and closes the new pipe. ``ragged``: the group's store of a
-        Sequence/Graph observation space, mapped with ``layout``.
+        it unclosed for that) and closes the new pipe. ``ragged``, ``actions``: the group's
+        stores of a Sequence/Graph observation and action space, mapped with ``layout``.
         """
         parent_conn, child_conn = self._ctx.Pipe(duplex=True)
         try:
@@ -199,6 +199,7 @@ class WorkerPool:
                 layout=layout,
                 death_signal=threading.current_thread() is threading.main_thread(),
                 ragged=ragged,
+                actions=actions,
             )
             proc = self._ctx.Process(
                 target=worker_main,

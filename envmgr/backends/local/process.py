@@ -135,7 +135,7 @@ class ProcessBackend:
         )
         buffers.add_ragged(self.layout.sizes[:n], ragged, shared=True)
         for g, conn in enumerate(pool.conns):
-            conn.send(Attach(-1, buffers.layout, buffers.ragged_layout(g)))
+            conn.send(Attach(-1, buffers.layout, buffers.ragged_layout(g), self._actions_layout(g)))
         self._handshake(range(n), "attach")
         self._bell = ParentDoorbell(buffers.control, pool.conns, pool.wake_r.fileno(), pool.poller)
         self._collector = Collector(pool, self._bell, n, self.parent_spin_seconds)
@@ -198,9 +198,26 @@ class ProcessBackend:
                 scatter_tree(buffers.actions, ids, actions)
             bell.post_command(groups, seq, KIND_STEP | (SHIP_TIMERS if ship else 0))
             return
+        stores = buffers.action_stores
+        if stores is not None:
+            # Every group's rows written before any group is woken: a bad action raises here.
+            stores.place(actions, groups, ids)
+            unmapped = stores.unmapped(groups)
+            if unmapped:  # a re-laid store: the step's message says which to map
+                self.post({g: Step(seq, ship, None, stores.layout(g)) for g in unmapped})
+                groups = [g for g in groups if g not in unmapped]
+            if groups:
+                bell.post_command(groups, seq, KIND_STEP | (SHIP_TIMERS if ship else 0))
+            return
         space = buffers.layout.action_space
         shares = group_shares(space, actions, self.layout, groups, ids)
         self.post({g: Step(seq, ship, shares[g]) for g in groups})
+
+    def _actions_layout(self, g: int) -> Any:
+        """The layout of group ``g``'s store of a Sequence/Graph action space, if it has one."""
+        assert self.buffers is not None
+        stores = self.buffers.action_stores
+        return None if stores is None else stores.layout(g)
 
     # ================================================================ waiting
 
@@ -251,10 +268,10 @@ class ProcessBackend:
         self._collector.forget_woken()
         # Its command word may hold the step it never finished: the new process
         # reads the word as already seen, so it will not run it.
-        # A re-laid store the lost worker never moved to is dropped: the new one maps
-        # the store the parent reads.
-        self.buffers.drop_pending(g)
-        pool.spawn(g, self.buffers.layout, self.buffers.ragged_layout(g))
+        # The new process maps the newest stores: a re-laid one the lost worker never
+        # moved to is taken up once the new one says it maps it.
+        buffers = self.buffers
+        pool.spawn(g, buffers.layout, buffers.ragged_layout(g), self._actions_layout(g))
         old.close()
         try:
             (ready,) = pool.handshake([g], "restart", self.start_timeout)

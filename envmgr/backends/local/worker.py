@@ -58,6 +58,7 @@ def _attach_layout(
     wake: Connection,
     layout: Any,
     ragged: RaggedLayout | None,
+    actions: RaggedLayout | None,
     mapped: list[Any],
 ) -> WorkerDoorbell:
     """Map the manager's segment, point the group at its rows, and make the doorbell."""
@@ -66,6 +67,8 @@ def _attach_layout(
     group.attach(buffers.slice(group.offset, group.offset + group.n))
     if ragged is not None:
         _attach_ragged(group, ragged, mapped)
+    if actions is not None:
+        _attach_actions(group, actions, mapped)
     parent_pid = os.getppid()
     manager_pid = config.manager_pid
     return WorkerDoorbell(
@@ -86,6 +89,17 @@ def _attach_ragged(group: EnvGroup, layout: RaggedLayout, mapped: list[Any]) -> 
     mapped.append(store)
     group.attach_ragged(store)
     if old is not None:
+        mapped.remove(old)
+        old.close()
+
+
+def _attach_actions(group: EnvGroup, layout: RaggedLayout, mapped: list[Any]) -> None:
+    """Read actions from the group's (re-laid) action store from now on; unmap the old one."""
+    old = group.views.get("actions")
+    store = RaggedStore.attach(layout)
+    mapped.append(store)
+    group.views["actions"] = store
+    if isinstance(old, RaggedStore):
         mapped.remove(old)
         old.close()
 
@@ -180,7 +194,9 @@ def worker_main(conn: Connection, wake: Connection, config: WorkerConfig) -> Non
     try:
         bell = None
         if config.layout is not None:
-            bell = _attach_layout(group, config, conn, wake, config.layout, config.ragged, mapped)
+            bell = _attach_layout(
+                group, config, conn, wake, config.layout, config.ragged, config.actions, mapped
+            )
         if _send(conn, config, group.ready(os.getpid()), "start"):
             _serve_forever(group, conn, wake, config, parent_pid, bell, mapped)
     finally:
@@ -219,7 +235,9 @@ def _serve_forever(
                 _send(conn, config, Ack(config.worker_index, seq), "close")
                 return
             if isinstance(cmd, Attach):
-                bell = _attach_layout(group, config, conn, wake, cmd.layout, cmd.ragged, mapped)
+                bell = _attach_layout(
+                    group, config, conn, wake, cmd.layout, cmd.ragged, cmd.actions, mapped
+                )
                 _send(conn, config, Ack(config.worker_index, seq), "attach")
                 # The wait for Attach is the manager's start-up (it waits for every
                 # worker to be ready), timed in the parent's start node: not the
@@ -233,6 +251,8 @@ def _serve_forever(
                 _attach_ragged(group, cmd.layout, mapped)
                 answer = Ack(config.worker_index, seq)
             else:
+                if isinstance(cmd, Step) and cmd.actions_layout is not None:
+                    _attach_actions(group, cmd.actions_layout, mapped)
                 answer = serve(group, cmd)
         except BaseException as exc:
             answer = command_error(group, Step(seq) if cmd is None else cmd, exc)

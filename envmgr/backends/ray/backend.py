@@ -202,8 +202,16 @@ class RayBackend:
         self, groups: Sequence[int], seq: int, ship: bool, actions: Any, ids: np.ndarray | None
     ) -> None:
         """Send a batch step to ``groups``, each with its share of ``actions``."""
-        assert self.buffers is not None
-        shares = group_shares(self.buffers.layout.action_space, actions, self.layout, groups, ids)
+        buffers = self.buffers
+        assert buffers is not None
+        stores = buffers.action_stores
+        if stores is not None:
+            # Each actor's rows in its store (checked, as the workers' are), which rides in
+            # the step's message as padded arrays plus lengths.
+            stores.place(actions, groups, ids)
+            self.post({g: Step(seq, ship, stores.stores[g]) for g in groups})
+            return
+        shares = group_shares(buffers.layout.action_space, actions, self.layout, groups, ids)
         self.post({g: Step(seq, ship, shares[g]) for g in groups})
 
     # ================================================================ waiting
