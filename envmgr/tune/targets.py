@@ -205,7 +205,7 @@ def import_factory(env: str | Callable[..., Any]) -> tuple[Callable[..., Any], s
     module, colon, attribute = env.partition(":")
     if not (module and colon and attribute):
         raise ValueError(
-            f"{env!r}: give a ParallelEnv factory as module:factory, such as "
+            f"{env}: give a ParallelEnv factory as module:factory, such as "
             "mpe2.simple_spread_v3:parallel_env"
         )
     factory = _attribute(importlib.import_module(module), attribute, env)
@@ -232,9 +232,15 @@ def _probe(env_fn: Callable[[], Any], name: str) -> AgentLayout:
     """The slots and groups of one env built here, checked and closed.
 
     Raises:
-        ValueError: It is not a ``ParallelEnv`` with ``possible_agents``.
+        ValueError: The factory raised, or built no ``ParallelEnv`` with ``possible_agents``.
     """
-    env = env_fn()
+    try:
+        env = env_fn()
+    except Exception as exc:
+        raise ValueError(
+            f"{name}: building one env raised {type(exc).__name__}: {exc}; envmgr tune calls "
+            "the factory without arguments"
+        ) from exc
     try:
         kind = type(env).__name__
         if isinstance(env, gym.Env):
