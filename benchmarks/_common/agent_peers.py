@@ -14,7 +14,6 @@ Every one steps ``n`` copies of an env of :mod:`benchmarks._common.agent_envs` w
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -22,6 +21,7 @@ import numpy as np
 
 from benchmarks._common.agent_envs import DYING, make_env
 from benchmarks._common.ceiling import Ceiling
+from envmgr.tune.serial_agents import SerialAgentRows
 
 __all__ = [
     "DEFAULT_IMPLS",
@@ -52,76 +52,19 @@ ENVMGR_IMPLS = {"envmgr", "envmgr-caller"}
 PUFFER_IMPLS = {"puffer", "puffer-async", "puffer-1w", "puffer-copy"}
 
 
-class SerialRows:
+class SerialRows(SerialAgentRows):
     """``n`` ParallelEnvs stepped in this process, packed as envmgr packs them.
 
-    Row ``k * S + s`` is env ``k``'s agent ``possible_agents[s]``: its observation,
-    reward and flags when it is live or ended on this step, zeros otherwise; an env
-    whose agents are all gone is reset at its next step. Infos are dropped.
+    The loop of ``envmgr tune --parallel``'s ceiling
+    (:class:`envmgr.tune.serial_agents.SerialAgentRows`): row ``k * S + s`` is env ``k``'s
+    agent ``possible_agents[s]``, its observation, reward and flags when it is live or
+    ended on this step, zeros otherwise; an env whose agents are all gone is reset at its
+    next step. Infos are dropped. ``step`` takes the actions as a flat row of ``n * S``
+    (env-major) or as ``[n, S]``.
     """
 
-    def __init__(self, env_fn: Callable[[], Any], n: int) -> None:
-        self.envs = [env_fn() for _ in range(n)]
-        agents = list(self.envs[0].possible_agents)
-        self.slot = {a: s for s, a in enumerate(agents)}
-        space = self.envs[0].observation_space(agents[0])
-        s = len(agents)
-        self.obs = np.zeros((n, s, *space.shape), space.dtype)
-        self.rewards = np.zeros((n, s))
-        self.terms = np.zeros((n, s), np.bool_)
-        self.truncs = np.zeros((n, s), np.bool_)
-        self.active = np.zeros((n, s), np.bool_)
-        self.ended = [False] * n
-        self.rows = n * s
-
-    def reset(self, seed: int | None = None) -> None:
-        for k, env in enumerate(self.envs):
-            obs, _ = env.reset(seed=None if seed is None else seed + k)
-            self._write_reset(k, obs)
-
-    def _write_reset(self, k: int, obs: dict[str, Any]) -> None:
-        self._clear(k)
-        for a, o in obs.items():
-            s = self.slot[a]
-            self.obs[k, s] = o
-            self.active[k, s] = True
-        self.ended[k] = False
-
-    def _clear(self, k: int) -> None:
-        self.obs[k] = 0
-        self.rewards[k] = 0.0
-        self.terms[k] = False
-        self.truncs[k] = False
-        self.active[k] = False
-
-    def step(self, actions: np.ndarray) -> tuple[np.ndarray, ...]:
-        per_env = actions.reshape(len(self.envs), -1)
-        slot, obs_rows, rewards = self.slot, self.obs, self.rewards
-        for k, env in enumerate(self.envs):
-            if self.ended[k]:
-                self._write_reset(k, env.reset()[0])
-                continue
-            row = per_env[k]
-            obs, rew, term, trunc, _ = env.step({a: row[slot[a]] for a in env.agents})
-            self._clear(k)
-            live = set(env.agents)
-            for a, o in obs.items():
-                t, u = term.get(a, False), trunc.get(a, False)
-                if not (t or u or a in live):
-                    continue
-                s = slot[a]
-                obs_rows[k, s] = o
-                rewards[k, s] = rew.get(a, 0.0)
-                self.terms[k, s], self.truncs[k, s], self.active[k, s] = t, u, True
-            self.ended[k] = not live
-        n = self.rows
-        shape = (n, *self.obs.shape[2:])
-        flags = (self.terms.reshape(n), self.truncs.reshape(n), self.active.reshape(n))
-        return (self.obs.reshape(shape), rewards.reshape(n), *flags)
-
-    def close(self) -> None:
-        for env in self.envs:
-            env.close()
+    def step(self, actions: np.ndarray) -> tuple[Any, ...]:
+        return super().step(actions.reshape(len(self.envs), -1))
 
 
 class AgentCeiling:

@@ -16,17 +16,21 @@ import dataclasses
 import json
 from collections.abc import Mapping
 from time import perf_counter
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from envmgr.protocol.info_columns import HEADER_BYTES, ROW_BYTES
 from envmgr.protocol.trees import take_rows
 
-if TYPE_CHECKING:
-    from envmgr.tune.targets import EnvIdTarget, ParallelEnvTarget
-
-__all__ = ["Layout", "LayoutRunner", "call_text", "candidate_layouts", "python_literal"]
+__all__ = [
+    "Layout",
+    "LayoutRunner",
+    "Target",
+    "call_text",
+    "candidate_layouts",
+    "python_literal",
+]
 
 #: Action batches drawn once per layout and walked cyclically: sampling stays out of the timing.
 N_ACTION_BATCHES = 64
@@ -164,6 +168,25 @@ def candidate_layouts(
     return layouts
 
 
+class Target(Protocol):
+    """What :class:`LayoutRunner` needs of the envs it builds (:mod:`envmgr.tune.targets`)."""
+
+    def build(self, layout: Layout, num_envs: int) -> Any:
+        """The layout's envs."""
+
+    def action_space(self, envs: Any) -> Any:
+        """The space of one batch of actions."""
+
+    def manager(self, envs: Any) -> Any:
+        """The manager under the envs."""
+
+    def rows_of(self, env_ids: np.ndarray) -> np.ndarray:
+        """The action rows of the envs ``env_ids``."""
+
+    def step_infos(self, infos: dict[str, Any]) -> dict[str, Any]:
+        """A step's infos, one level: key -> batch."""
+
+
 class LayoutRunner:
     """One built layout, stepped for a given time on pre-drawn actions.
 
@@ -177,7 +200,7 @@ class LayoutRunner:
     def __init__(
         self,
         layout: Layout,
-        target: EnvIdTarget | ParallelEnvTarget,
+        target: Target,
         num_envs: int,
         seed: int = 0,
     ) -> None:

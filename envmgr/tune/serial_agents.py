@@ -90,7 +90,7 @@ class SerialAgentRows:
         Returns:
             ``(obs, rewards, terminations, truncations, active)``, the arrays above.
         """
-        where = self.where
+        where, groups = self.where, self.obs
         rewards, terms, truncs, active = (
             self.rewards,
             self.terminations,
@@ -110,7 +110,11 @@ class SerialAgentRows:
                 if not (t or u or a in live):
                     continue
                 s, g, p = where[a]
-                self._put(g, k, p, o, a)
+                leaf = groups[g]
+                if isinstance(leaf, np.ndarray):  # the common case, without a call
+                    leaf[k, p] = o
+                else:
+                    self._put(g, k, p, o, a)
                 rewards[k, s] = rew.get(a, 0.0)
                 terms[k, s], truncs[k, s], active[k, s] = t, u, True
             self.ended[k] = not live
