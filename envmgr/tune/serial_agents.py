@@ -1,7 +1,8 @@
-"""The multi-agent ceiling's loop: ``ParallelEnv``s stepped here, their agents packed in rows.
+"""The multi-agent ceiling's loop: PettingZoo envs stepped here, their agents packed in rows.
 
-PettingZoo ``ParallelEnv``s are stepped in one process and their agent dicts packed into
+PettingZoo ``ParallelEnv`` envs are stepped in one process and their agent dicts packed into
 arrays, with nothing else.
+
 Slot ``s`` is ``possible_agents[s]``, as in :func:`envmgr.make_parallel`. Slots whose
 agents share an observation space share one array, so a step writes each agent's
 observation where envmgr's workers would, and clears an env's rows with one write per

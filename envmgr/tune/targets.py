@@ -104,7 +104,7 @@ class EnvIdTarget:
 
 
 class ParallelEnvTarget:
-    """A factory of PettingZoo ``ParallelEnv``s, built with :func:`envmgr.make_parallel`.
+    """A factory of PettingZoo ``ParallelEnv`` envs, built with :func:`envmgr.make_parallel`.
 
     One env is built here and closed, to check it and read its agents.
 
