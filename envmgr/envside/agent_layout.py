@@ -237,10 +237,16 @@ def _common_action_space(spaces: dict[str, Any]) -> gym.Space[Any]:
         return acts[0]
     if all(isinstance(a, gym.spaces.Discrete) and int(a.start) == 0 for a in acts):
         return gym.spaces.Discrete(max(int(a.n) for a in acts))
+    if all(isinstance(a, gym.spaces.Box) and len(a.shape) == 1 for a in acts):
+        # An agent acts with the first entries of the padded vector (ParallelEnvRows._unpadded).
+        size = max(a.shape[0] for a in acts)
+        low = min(float(np.min(a.low)) for a in acts)
+        high = max(float(np.max(a.high)) for a in acts)
+        return gym.spaces.Box(low, high, (size,), np.result_type(*(a.dtype for a in acts)))
     listed = ", ".join(f"{n}: {a}" for n, (_, a) in spaces.items())
     raise AgentSpaceError(
-        f"pad=True joins Discrete action spaces only; these agents act in {listed}: pass "
-        "action_space= that every agent's actions fit"
+        f"pad=True joins Discrete action spaces (from 0) and 1-d Box action spaces only; these "
+        f"agents act in {listed}: pass action_space= that every agent's actions fit"
     )
 
 

@@ -46,6 +46,7 @@ from envmgr.envside.agent_layout import (
     info_key,
     spaces_of,
 )
+from envmgr.envside.agent_pack import GroupRows, write_step_rows
 from envmgr.envside.agent_trees import (
     SlotValues,
     add_agent_value,
@@ -127,22 +128,57 @@ class ParallelEnvRows(gym.vector.VectorEnv):  # type: ignore[type-arg]
             for g in layout.groups
             for space in (spaces_of(layout.observation_space, g.name),)
         }
-        self._out = out
-        self._ragged = any(isinstance(out[g.name]["obs"], SlotValues) for g in layout.groups)
-        self._obs_leaves = [out[g.name]["obs"] for g in layout.groups]
-        self._fields = [[out[g.name][f] for f in FIELDS] for g in layout.groups]
         self._shapes: list[Any] = [g.observation_space.shape for g in layout.groups]
+        self._use_arrays(out)
+        self._turn_based = [hasattr(env, "aec_env") and _is_turn_based(env) for env in self.envs]
+        self._slot_index = (
+            {a: s for a, (_, s) in layout.slot_of.items()}
+            if len(layout.groups) == 1 and not layout.dynamic
+            else None
+        )
+        # Per env: "next" (reset at its next step), "ended" (disabled mode: not stepped).
+        self._state = [""] * self.num_envs
+        self._dynamic_slots: list[dict[str, int]] = [{} for _ in self.envs]
+        # Per env, where pad=True joined Box actions: each agent's own action size.
+        self._action_sizes: list[dict[str, int | None]] = [{} for _ in self.envs]
+        # Per env, the observation space object last accepted for each agent.
+        self._accepted: list[dict[str, Any]] = [{} for _ in self.envs]
+
+    def _use_arrays(self, out: Any) -> None:
+        """Pack into ``out`` (``{group: {"obs": ..., field: ...}}``) from now on."""
+        groups = self.layout.groups
+        self._out = out
+        self._ragged = any(isinstance(out[g.name]["obs"], SlotValues) for g in groups)
+        self._obs_leaves = [out[g.name]["obs"] for g in groups]
+        self._fields = [[out[g.name][f] for f in FIELDS] for g in groups]
         # Per group, (shape, dtype) of one agent's observation where it is one array.
         self._plain = [
             (leaf.shape[2:], leaf.dtype) if isinstance(leaf, np.ndarray) else None
             for leaf in self._obs_leaves
         ]
-        self._turn_based = [hasattr(env, "aec_env") and _is_turn_based(env) for env in self.envs]
-        # Per env: "next" (reset at its next step), "ended" (disabled mode: not stepped).
-        self._state = [""] * self.num_envs
-        self._dynamic_slots: list[dict[str, int]] = [{} for _ in self.envs]
-        # Per env, the observation space object last accepted for each agent.
-        self._accepted: list[dict[str, Any]] = [{} for _ in self.envs]
+        # Fixed slots and one array per agent: whole groups are packed at once.
+        self._group_rows = (
+            None
+            if self.layout.dynamic or any(p is None for p in self._plain)
+            else [GroupRows(o, f) for o, f in zip(self._obs_leaves, self._fields, strict=True)]
+        )
+
+    def observe_into(self, arrays: Any) -> bool:
+        """Pack observations straight into ``arrays`` (the host's shared ones) from now on.
+
+        Saves the host one copy of every batch. ``arrays`` must have the layout of this
+        env's own (the batch of ``single_observation_space``); otherwise nothing changes.
+
+        Returns:
+            Whether ``arrays`` are used: the step and reset results are then ``arrays``.
+        """
+        if self._ragged or not _same_arrays(self._out, arrays):
+            return False
+        for name, part in self._out.items():
+            for key, value in part.items():
+                arrays[name][key][...] = value
+        self._use_arrays(arrays)
+        return True
 
     # --------------------------------------------------------------------- the API
 
@@ -186,6 +222,8 @@ class ParallelEnvRows(gym.vector.VectorEnv):  # type: ignore[type-arg]
                 continue
             t0 = perf_counter()
             act = self._actions_of(k, env.agents, group_actions)
+            if self.layout.padded:
+                act = self._unpadded(k, env, act)
             t1 = perf_counter()
             obs, rew, term, trunc, info = env.step(act)
             t2 = perf_counter()
@@ -283,6 +321,14 @@ class ParallelEnvRows(gym.vector.VectorEnv):  # type: ignore[type-arg]
     def _actions_of(self, k: int, agents: list[str], group_actions: list[Any]) -> dict[str, Any]:
         """The action dict of env ``k``: each agent's from its row."""
         slot_of = self.layout.slot_of
+        index = self._slot_index
+        if index is not None and type(group_actions[0]) is np.ndarray:
+            try:
+                slots = [index[a] for a in agents]
+            except KeyError:
+                pass  # an agent with no slot: the general path names it
+            else:
+                return dict(zip(agents, group_actions[0][k][slots], strict=True))
         if not self.layout.dynamic and all(type(a) is np.ndarray for a in group_actions):
             rows = [a[k] for a in group_actions]
             try:
@@ -290,6 +336,20 @@ class ParallelEnvRows(gym.vector.VectorEnv):  # type: ignore[type-arg]
             except KeyError:
                 pass  # an agent with no slot: the general path names it
         return {a: self._action(k, a, group_actions) for a in agents}
+
+    def _unpadded(self, k: int, env: Any, actions: dict[str, Any]) -> dict[str, Any]:
+        """Each agent's part of its padded action: the first entries of a longer Box."""
+        want = self.layout.groups[0].action_space
+        sizes = self._action_sizes[k]
+        out = {}
+        for agent, value in actions.items():
+            size = sizes.get(agent, -1)
+            if size == -1:
+                space = env.action_space(agent)
+                fits = isinstance(space, gym.spaces.Box) and space.shape != want.shape
+                size = sizes[agent] = space.shape[0] if fits else None
+            out[agent] = value if size is None else value[:size]
+        return out
 
     def _action(self, k: int, agent: str, group_actions: list[Any]) -> Any:
         g, s = self._slot(k, agent)
@@ -311,6 +371,7 @@ class ParallelEnvRows(gym.vector.VectorEnv):  # type: ignore[type-arg]
     ) -> None:
         self._state[k] = ""
         self._dynamic_slots[k] = {}
+        self._action_sizes[k] = {}
         env = self.envs[k]
         if keep_fields:
             for leaf in self._obs_leaves:
@@ -341,6 +402,19 @@ class ParallelEnvRows(gym.vector.VectorEnv):  # type: ignore[type-arg]
         The rows of a group are written with one numpy assignment per field, not one per
         agent: a MAgent battle steps hundreds of agents per env.
         """
+        if self._group_rows is not None and not self._turn_based[k]:
+            done = write_step_rows(
+                k,
+                self._group_rows,
+                self.layout,
+                env.agents,
+                env.observation_space,
+                self._accepted[k],
+                (obs, rew, term, trunc),
+                self.done_on,
+            )
+            if done is not None:
+                return done
         self._clear(k)
         self._check_live(k, env, obs)
         live = set(self._live(k, env, obs))
@@ -488,6 +562,8 @@ class ParallelEnvRows(gym.vector.VectorEnv):  # type: ignore[type-arg]
         info: dict[str, Any],
         infos: dict[str, Any],
     ) -> None:
+        if not any(map(info.get, agents)):
+            return
         groups = self.layout.groups
         n = self.num_envs
         for agent in agents:
@@ -498,6 +574,23 @@ class ParallelEnvRows(gym.vector.VectorEnv):  # type: ignore[type-arg]
             name, size = groups[g].name, len(groups[g].slots)
             for key, value in d.items():
                 add_agent_value(infos, info_key(name, key), k, s, n, size, value)
+
+
+def _same_arrays(ours: Any, theirs: Any) -> bool:
+    """Whether ``theirs`` is a ``{group: {key: array}}`` of the shapes and dtypes of ``ours``."""
+    try:
+        return set(ours) == set(theirs) and all(
+            set(part) == set(theirs[name])
+            and all(
+                type(theirs[name][key]) is np.ndarray
+                and theirs[name][key].shape == value.shape
+                and theirs[name][key].dtype == value.dtype
+                for key, value in part.items()
+            )
+            for name, part in ours.items()
+        )
+    except TypeError:
+        return False
 
 
 def _same_layout(space: gym.Space[Any], want: gym.Space[Any]) -> bool:

@@ -60,10 +60,24 @@ class VectorEnvGroup(EnvGroup):
         self.render_mode = env.render_mode
         self.env_spec = env.spec
         self._obs: Any = None
+        self._observes_views = False
         self._reset_next = False
         # One step call steps every env: its time is shared out per env when published.
         self._seconds = 0.0
         self._calls = 0
+
+    def attach(self, views: dict[str, Any]) -> None:
+        """Write results into ``views``; a hosted env that can packs observations there itself.
+
+        Such an env has ``observe_into(arrays) -> bool``; its batches then *are* the views,
+        and the copy into them is skipped.
+        """
+        super().attach(views)
+        obs = views.get("observations")
+        observe_into = getattr(self.env, "observe_into", None)
+        self._observes_views = (
+            self.ragged is None and obs is not None and callable(observe_into) and observe_into(obs)
+        )
 
     def step(self, actions: Any) -> Infos:
         """Step the hosted VectorEnv with ``actions``; results go to ``views``."""
@@ -106,7 +120,8 @@ class VectorEnvGroup(EnvGroup):
             self._obs = obs
             self._write_ragged(self._rows(obs))
         elif self.shared_obs:
-            write_batch(self.views, obs)
+            if not (self._observes_views and obs is self.views["observations"]):
+                write_batch(self.views, obs)
         else:
             self._obs = obs
 
