@@ -24,6 +24,7 @@ from gymnasium import spaces
 from benchmarks._common.agent_envs import DYING, make_env
 from benchmarks._common.ceiling import Ceiling
 from benchmarks._common.padded_slots import PaddedSlots
+from envmgr.tune.serial_agents import SerialAgentRows
 
 __all__ = [
     "DEFAULT_IMPLS",
@@ -32,7 +33,9 @@ __all__ = [
     "PUFFER_IMPLS",
     "AgentCeiling",
     "PufferVec",
+    "PaddedSerialRows",
     "SerialRows",
+    "serial_rows",
     "SuperSuitVec",
     "build",
     "skip_reason",
@@ -56,13 +59,25 @@ ENVMGR_IMPLS = {"envmgr", "envmgr-caller", "envmgr-padded"}
 PUFFER_IMPLS = {"puffer", "puffer-async", "puffer-1w", "puffer-copy"}
 
 
-class SerialRows:
+class SerialRows(SerialAgentRows):
     """``n`` ParallelEnvs stepped in this process, packed as envmgr packs them.
 
-    Row ``k * S + s`` is env ``k``'s agent ``possible_agents[s]``: its observation,
-    reward and flags when it is live or ended on this step, zeros otherwise; an env
-    whose agents are all gone is reset at its next step. Infos are dropped. A
-    ``Sequence(Box)`` observation comes as ``(data, lengths)``, padded
+    The loop of ``envmgr tune --parallel``'s ceiling
+    (:class:`envmgr.tune.serial_agents.SerialAgentRows`): row ``k * S + s`` is env ``k``'s
+    agent ``possible_agents[s]``, its observation, reward and flags when it is live or
+    ended on this step, zeros otherwise; an env whose agents are all gone is reset at its
+    next step. Infos are dropped. ``step`` takes the actions as a flat row of ``n * S``
+    (env-major) or as ``[n, S]``.
+    """
+
+    def step(self, actions: np.ndarray) -> tuple[Any, ...]:
+        return super().step(actions.reshape(len(self.envs), -1))
+
+
+class PaddedSerialRows:
+    """The same loop for a ``Sequence(Box)`` observation, which the tune loop does not pack.
+
+    Observations come as ``(data, lengths)``, padded
     (:class:`benchmarks._common.padded_slots.PaddedSlots`), as ``ragged="padded"`` asks.
     """
 
@@ -72,13 +87,7 @@ class SerialRows:
         self.slot = {a: s for s, a in enumerate(agents)}
         space = self.envs[0].observation_space(agents[0])
         s = len(agents)
-        self.obs: Any
-        if isinstance(space, spaces.Sequence):
-            self.obs = PaddedSlots(space, n, s)
-            self._obs_batch: Callable[[], Any] = self.obs.batch
-        else:
-            self.obs = np.zeros((n, s, *space.shape), space.dtype)
-            self._obs_batch = partial(self.obs.reshape, (n * s, *space.shape))
+        self.obs = PaddedSlots(space, n, s)
         self.rewards = np.zeros((n, s))
         self.terms = np.zeros((n, s), np.bool_)
         self.truncs = np.zeros((n, s), np.bool_)
@@ -128,11 +137,19 @@ class SerialRows:
             self.ended[k] = not live
         n = self.rows
         flags = (self.terms.reshape(n), self.truncs.reshape(n), self.active.reshape(n))
-        return (self._obs_batch(), rewards.reshape(n), *flags)
+        return (self.obs.batch(), rewards.reshape(n), *flags)
 
     def close(self) -> None:
         for env in self.envs:
             env.close()
+
+
+def serial_rows(env_fn: Callable[[], Any], n: int) -> SerialRows | PaddedSerialRows:
+    """The serial loop over ``n`` envs of ``env_fn``: the padded one for Sequence observations."""
+    probe = env_fn()
+    sequence = isinstance(probe.observation_space(probe.possible_agents[0]), spaces.Sequence)
+    probe.close()
+    return (PaddedSerialRows if sequence else SerialRows)(env_fn, n)
 
 
 class AgentCeiling:
@@ -147,7 +164,7 @@ class AgentCeiling:
         self.agents = actions.shape[1] // n
         per_env = actions.reshape(len(actions), n, self.agents)
         self.ceiling = Ceiling.of_blocks(
-            partial(SerialRows, partial(make_env, env)), per_env, processes
+            partial(serial_rows, partial(make_env, env)), per_env, processes
         )
 
     def timed(self, seconds: float) -> dict[str, Any]:
@@ -237,7 +254,7 @@ class PufferVec:
 def build(impl: str, env: str, n: int, actions: np.ndarray) -> Any:
     """Implementation ``impl`` over ``n`` copies of ``env``."""
     if impl == "serial":
-        return SerialRows(partial(make_env, env), n)
+        return serial_rows(partial(make_env, env), n)
     if impl == "ceiling":
         return AgentCeiling(env, n, actions)
     if impl == "supersuit":

@@ -46,6 +46,7 @@ from benchmarks._common.paths import REPO
 from benchmarks.report import (  # noqa: F401
     realenv_report,
     tables_costs,
+    tables_multiagent,
     tables_outputs,
     tables_ray,
     tables_realenv,

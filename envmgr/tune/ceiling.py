@@ -6,8 +6,10 @@ on this machine. A layout's throughput over the ceiling's, timed in the same rou
 share of the machine it delivers (1.0: nothing lost to hand-offs, wake-ups or barriers).
 
 The processes live for the whole tuning run, so the ceiling is timed in the same interleaved
-rounds as the layouts. Each steps single envs with next-step autoreset, or, for the hosted
-layouts, one env from the id's vector entry point over its share.
+rounds as the layouts. Each steps a *block* of envs: single envs with next-step autoreset
+(:class:`SingleBlock`), one env from the id's vector entry point over its share for the
+hosted layouts (:class:`VectorBlock`), or PettingZoo envs packed into agent rows
+(:class:`envmgr.tune.serial_agents.AgentBlock`).
 
 :class:`BlockProcesses` is the shell around them, written once for the tuner and the
 benchmarks (``benchmarks/_common/ceiling.py``)::
@@ -33,7 +35,7 @@ import cloudpickle
 from envmgr.backends.local.pool import ctrl_c_held, main_module_hidden
 from envmgr.errors import EnvMgrError, RemoteTraceback
 
-__all__ = ["BlockProcesses", "Ceiling", "TuneError", "run_for"]
+__all__ = ["BlockProcesses", "Ceiling", "SingleBlock", "TuneError", "VectorBlock", "run_for"]
 
 #: Longest wait for a ceiling process to build its envs.
 START_TIMEOUT = 120.0
@@ -66,7 +68,7 @@ def run_for(
             return batches, now - t0
 
 
-class _SingleBlock:
+class SingleBlock:
     """``n`` single envs stepped one after another, next-step autoreset, results dropped."""
 
     def __init__(self, factory: Callable[[], Any], n: int, seed: int) -> None:
@@ -80,6 +82,7 @@ class _SingleBlock:
         self.k = 0
 
     def run(self, seconds: float) -> tuple[int, float]:
+        """Step for ``seconds``; returns the env steps and the seconds they took."""
         envs, actions, done, k = self.envs, self.actions, self.done, self.k
         steps = 0
         t0 = perf_counter()
@@ -106,11 +109,12 @@ class _SingleBlock:
         return self.envs[0].observation_space, self.envs[0].action_space
 
     def close(self) -> None:
+        """Close the envs."""
         for env in self.envs:
             env.close()
 
 
-class _VectorBlock:
+class VectorBlock:
     """One batched env of ``n`` envs (the id's vector entry point); it autoresets itself."""
 
     def __init__(self, factory: Callable[[int], Any], n: int, seed: int) -> None:
@@ -122,6 +126,7 @@ class _VectorBlock:
         self.k = 0
 
     def run(self, seconds: float) -> tuple[int, float]:
+        """Step for ``seconds``; returns the env steps and the seconds they took."""
         batches, elapsed = run_for(self.env.step, self.actions, self.k, seconds)
         self.k += batches
         return batches * self.n, elapsed
@@ -131,6 +136,7 @@ class _VectorBlock:
         return self.env.single_observation_space, self.env.single_action_space
 
     def close(self) -> None:
+        """Close the env."""
         self.env.close()
 
 
@@ -262,10 +268,10 @@ class Ceiling:
 
     Args:
         ctx: A multiprocessing context (the managers' start method).
-        factory: A picklable (cloudpickle) env factory: ``() -> Env``, or ``n -> VectorEnv``
-            when ``vector``.
+        block: ``(n, seed) -> block``, picklable (cloudpickle): what one process steps, such
+            as ``partial(SingleBlock, env_factory)``; a block has ``run(seconds) -> (env
+            steps, seconds)`` and ``close()``.
         sizes: Envs per process; env ``i`` of the whole set is seeded ``seed + i``.
-        vector: Whether ``factory`` builds one batched env per process.
         seed: The first env's seed.
 
     Raises:
@@ -273,14 +279,12 @@ class Ceiling:
     """
 
     def __init__(
-        self, ctx: Any, factory: Any, sizes: Sequence[int], vector: bool, seed: int = 0
+        self, ctx: Any, block: Callable[[int, int], Any], sizes: Sequence[int], seed: int = 0
     ) -> None:
         self.sizes = list(sizes)
-        self.vector = vector
-        block = _VectorBlock if vector else _SingleBlock
         starts = [seed + sum(self.sizes[:p]) for p in range(len(self.sizes))]
         self.processes = BlockProcesses(
-            ctx, [partial(block, factory, n, s) for n, s in zip(self.sizes, starts, strict=True)]
+            ctx, [partial(block, n, s) for n, s in zip(self.sizes, starts, strict=True)]
         )
 
     def spaces(self) -> tuple[Any, Any]:

@@ -4,8 +4,10 @@ A layout is one way of spreading ``num_envs`` envs over this machine's cores: ho
 worker processes, whether the caller steps a block itself (``caller_envs``), whether each
 worker hosts the id's batched env (``vectorization_mode="vector_entry_point"``), and whether
 the loop steps the whole batch (``step``) or each worker as soon as it is ready
-(``send``/``recv``, first-ready). Each layout knows the ``envmgr.make`` call that builds it,
-so the winner can be printed as a line to copy.
+(``send``/``recv``, first-ready). Each layout knows the keyword arguments of
+``envmgr.make`` and ``envmgr.make_parallel`` that build it, so the winner can be printed as a
+line to copy; a target (:mod:`envmgr.tune.targets`) builds it for a Gymnasium id or a
+PettingZoo factory, and :class:`LayoutRunner` steps it.
 """
 
 from __future__ import annotations
@@ -14,17 +16,21 @@ import dataclasses
 import json
 from collections.abc import Mapping
 from time import perf_counter
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
-from gymnasium.envs.registration import EnvSpec
 
-from envmgr.managers.local import SubprocessEnvManager
-from envmgr.managers.make import make
 from envmgr.protocol.info_columns import HEADER_BYTES, ROW_BYTES
 from envmgr.protocol.trees import take_rows
 
-__all__ = ["Layout", "LayoutRunner", "candidate_layouts"]
+__all__ = [
+    "Layout",
+    "LayoutRunner",
+    "Target",
+    "call_text",
+    "candidate_layouts",
+    "python_literal",
+]
 
 #: Action batches drawn once per layout and walked cyclically: sampling stays out of the timing.
 N_ACTION_BATCHES = 64
@@ -74,12 +80,19 @@ class Layout:
             kwargs["vector_kwargs"] = {"caller_envs": self.caller_envs}
         return kwargs
 
+    def make_parallel_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of ``envmgr.make_parallel`` that build this layout."""
+        if self.hosted:
+            raise ValueError("make_parallel hosts its envs' agent rows: no hosted layout")
+        kwargs: dict[str, Any] = {"n_workers": self.n_workers}
+        if self.caller_envs:
+            kwargs["caller_envs"] = self.caller_envs
+        return kwargs
+
     def call(self, env_id: str, num_envs: int, env_kwargs: Mapping[str, Any]) -> str:
         """The ``envmgr.make(...)`` line that builds this layout, to copy into a script."""
-        parts = [_literal(env_id), f"num_envs={num_envs}"]
-        parts += [f"{k}={_literal(v)}" for k, v in self.make_kwargs().items()]
-        parts += [f"{k}={_literal(v)}" for k, v in env_kwargs.items()]
-        return f"envmgr.make({', '.join(parts)})"
+        kwargs = {**self.make_kwargs(), **env_kwargs}
+        return call_text("envmgr.make", python_literal(env_id), num_envs, kwargs)
 
     def usage(self, largest: int) -> str:
         """How to step it, when that is not plain ``envs.step(actions)``."""
@@ -92,12 +105,26 @@ class Layout:
         )
 
 
-def _literal(value: Any) -> str:
+def call_text(function: str, first: str, num_envs: int, kwargs: Mapping[str, Any]) -> str:
+    """``function(first, num_envs=..., k=v, ...)``, the values written as Python literals."""
+    parts = [
+        first,
+        f"num_envs={num_envs}",
+        *(f"{k}={python_literal(v)}" for k, v in kwargs.items()),
+    ]
+    return f"{function}({', '.join(parts)})"
+
+
+def python_literal(value: Any) -> str:
     """``repr``, but strings in double quotes, as a formatter would write the call."""
     if isinstance(value, str):
         return json.dumps(value)
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{_literal(k)}: {_literal(v)}" for k, v in value.items()) + "}"
+        return (
+            "{"
+            + ", ".join(f"{python_literal(k)}: {python_literal(v)}" for k, v in value.items())
+            + "}"
+        )
     return repr(value)
 
 
@@ -112,14 +139,17 @@ def _fits_a_column(batch: Any) -> bool:
     return bool(batch[0].nbytes + 1 <= ROW_BYTES - HEADER_BYTES)
 
 
-def candidate_layouts(num_envs: int, cores: int, has_vector_entry_point: bool) -> list[Layout]:
+def candidate_layouts(
+    num_envs: int, cores: int, has_vector_entry_point: bool, first_ready: bool = True
+) -> list[Layout]:
     """The layouts worth measuring for ``num_envs`` envs on ``cores`` cores.
 
     One worker per core is ``envmgr.make``'s default; twice that many gives smaller blocks
     (more overlap, more wake-ups); half as many only where that still leaves two or more.
     First-ready and ``caller_envs`` are measured at one process per core, the ``caller_envs``
     layouts with one worker fewer (the caller takes a block of the same size), as in the
-    README's performance table. Hosted layouts only where the id has a vector entry point.
+    README's performance table. Hosted layouts only where the id has a vector entry point;
+    first-ready only where the envs offer ``send``/``recv`` (``first_ready``).
     """
     per_core = max(1, min(num_envs, cores))
     layouts = [Layout(per_core, default=True)]
@@ -128,7 +158,8 @@ def candidate_layouts(num_envs: int, cores: int, has_vector_entry_point: bool) -
             layouts.append(Layout(n))
     caller = num_envs // per_core
     if per_core >= 2:
-        layouts.append(Layout(per_core, first_ready=True))
+        if first_ready:
+            layouts.append(Layout(per_core, first_ready=True))
         layouts.append(Layout(per_core - 1, caller_envs=caller))
     if has_vector_entry_point:
         layouts.append(Layout(per_core, hosted=True))
@@ -137,31 +168,50 @@ def candidate_layouts(num_envs: int, cores: int, has_vector_entry_point: bool) -
     return layouts
 
 
+class Target(Protocol):
+    """What :class:`LayoutRunner` needs of the envs it builds (:mod:`envmgr.tune.targets`)."""
+
+    def build(self, layout: Layout, num_envs: int) -> Any:
+        """The layout's envs."""
+
+    def action_space(self, envs: Any) -> Any:
+        """The space of one batch of actions."""
+
+    def manager(self, envs: Any) -> Any:
+        """The manager under the envs."""
+
+    def rows_of(self, env_ids: np.ndarray) -> np.ndarray:
+        """The action rows of the envs ``env_ids``."""
+
+    def step_infos(self, infos: dict[str, Any]) -> dict[str, Any]:
+        """A step's infos, one level: key -> batch."""
+
+
 class LayoutRunner:
     """One built layout, stepped for a given time on pre-drawn actions.
 
     Args:
         layout: What to build.
-        spec: The env's spec (resolved once by the caller).
+        target: What to build it of (:mod:`envmgr.tune.targets`).
         num_envs: Envs in all.
-        env_kwargs: Passed to every env, as ``envmgr.make`` passes them.
         seed: Seeds the envs (``reset(seed=seed)``) and the action draws.
     """
 
     def __init__(
         self,
         layout: Layout,
-        spec: EnvSpec,
+        target: Target,
         num_envs: int,
-        env_kwargs: Mapping[str, Any],
         seed: int = 0,
     ) -> None:
         self.layout = layout
-        self.envs: SubprocessEnvManager = make(spec, num_envs, **layout.make_kwargs(), **env_kwargs)
+        self.target = target
+        self.num_envs = num_envs
+        self.envs = target.build(layout, num_envs)
         try:
-            space = self.envs.action_space
-            space.seed(seed)
-            self.actions = [space.sample() for _ in range(N_ACTION_BATCHES)]
+            self.space = target.action_space(self.envs)
+            self.space.seed(seed)
+            self.actions = [self.space.sample() for _ in range(N_ACTION_BATCHES)]
             self.envs.reset(seed=seed)
             # One step to learn what infos this env returns and which of them pickle: the
             # timers can then tell an answer that carries them from one that only wakes
@@ -170,10 +220,11 @@ class LayoutRunner:
         except BaseException:
             self.envs.close()
             raise
+        infos = target.step_infos(infos)
         #: The keys of a step's infos, and those that travel pickled (no info column).
         self.info_keys = sorted(k for k in infos if not k.startswith("_"))
         self.pickled_keys = [k for k in self.info_keys if not _fits_a_column(infos[k])]
-        self.largest = max(self.envs.worker_sizes)
+        self.largest = max(target.manager(self.envs).worker_sizes)
         self.cursor = 1
         #: Totals over every :meth:`run`: env steps, batches (``step`` calls or ``recv``
         #: calls) and wall seconds.
@@ -205,19 +256,19 @@ class LayoutRunner:
             if now >= deadline:
                 break
         self.cursor = k
-        return batches * envs.num_envs, batches, now - t0
+        return batches * self.num_envs, batches, now - t0
 
     def _run_first_ready(self, seconds: float) -> tuple[int, int, float]:
         # Every worker is sent its actions, then each one that finishes is sent its next;
         # at the deadline the workers still in flight are collected, so none is left busy
         # while the next layout is timed.
         envs, actions, m, k = self.envs, self.actions, len(self.actions), self.cursor
-        space, size = envs.single_action_space, self.largest
+        space, size, rows_of = envs.single_action_space, self.largest, self.target.rows_of
         steps = batches = 0
         t0 = perf_counter()
         deadline = t0 + seconds
         envs.send(actions[k % m])
-        pending = envs.num_envs  # envs still to collect once the deadline has passed
+        pending = self.num_envs  # envs still to collect once the deadline has passed
         while True:
             *_, ids = envs.recv(batch_size=size)
             steps += len(ids)
@@ -228,7 +279,7 @@ class LayoutRunner:
                     break
                 continue
             k += 1
-            envs.send(take_rows(space, actions[k % m], ids), ids)
+            envs.send(take_rows(space, actions[k % m], rows_of(ids)), ids)
         self.cursor = k
         return steps, batches, perf_counter() - t0
 

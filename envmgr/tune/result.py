@@ -66,6 +66,9 @@ class TuneResult:
         load: The 1-minute load average when the rounds ended (``None`` where unknown):
             other processes competing for the cores move every figure.
         skipped: Layouts that apply but could not be measured here, with the reason.
+        agent_slots: Agent rows per env of a PettingZoo env (``None``: a single-agent env);
+            its agent-steps per second are the env-steps times these.
+        imports: Lines to run before :attr:`call` (the factory's module).
     """
 
     env_id: str
@@ -81,6 +84,8 @@ class TuneResult:
     tree: dict[str, Any]
     load: float | None = None
     skipped: list[str] = dataclasses.field(default_factory=list)
+    agent_slots: int | None = None
+    imports: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def call(self) -> str:
@@ -120,8 +125,11 @@ def _spread(values: list[float]) -> str:
     return f"{min(values):.2f}-{max(values):.2f}" if len(values) > 1 else ""
 
 
-def _row(label: str, rate: float, ratio: str, spread: str = "", mark: str = " ") -> str:
-    return f"{mark} {label:<34} {rate:>13,.0f} {ratio:>9} {spread:>11}"
+def _row(
+    label: str, rates: tuple[float, ...], ratio: str, spread: str = "", mark: str = " "
+) -> str:
+    figures = "".join(f" {rate:>13,.0f}" for rate in rates)
+    return f"{mark} {label:<34}{figures} {ratio:>9} {spread:>11}"
 
 
 def _bullet(text: str) -> list[str]:
@@ -132,24 +140,38 @@ def format_result(result: TuneResult) -> str:
     """Renders a :class:`TuneResult` as ``envmgr tune`` prints it."""
     r = result
     processes = max(1, min(r.num_envs, r.cores))
+    slots = r.agent_slots
+
+    def rates(rate: float) -> tuple[float, ...]:
+        return (rate,) if slots is None else (rate, rate * slots)
+
+    if slots is None:
+        what, columns = f"{r.env_id}: {r.num_envs} envs", f"{'env-steps/s':>13}"
+    else:
+        what = f"--parallel {r.env_id}: {r.num_envs} envs x {slots} agent rows"
+        columns = f"{'env-steps/s':>13} {'agent-steps/s':>13}"
+    ceiling = statistics.median(r.ceiling)
     lines = [
-        f"envmgr tune {r.env_id}: {r.num_envs} envs on {r.cores} cores; {r.rounds} "
+        f"envmgr tune {what} on {r.cores} cores; {r.rounds} "
         f"interleaved round(s) of {r.sample_seconds:.2f} s per layout, medians",
         "",
-        f"  {'layout':<34} {'env-steps/s':>13} {'/ ceiling':>9} {'per round':>11}",
-        _row(f"ceiling ({processes} processes, no hand-off)", statistics.median(r.ceiling), "1.00"),
+        f"  {'layout':<34} {columns} {'/ ceiling':>9} {'per round':>11}",
+        _row(f"ceiling ({processes} processes, no hand-off)", rates(ceiling), "1.00"),
     ]
     if r.vector_ceiling is not None:
         vc = statistics.median(r.vector_ceiling)
-        lines.append(_row("ceiling, batched envs", vc, f"{vc / statistics.median(r.ceiling):.2f}"))
+        lines.append(_row("ceiling, batched envs", rates(vc), f"{vc / ceiling:.2f}"))
     for m in r.measurements:
         label = m.label + (" (default)" if m.layout.default else "")
         mark = "*" if m is r.best else " "
-        lines.append(_row(label, m.rate, f"{m.ratio:.2f}", _spread(m.ratios), mark))
+        lines.append(_row(label, rates(m.rate), f"{m.ratio:.2f}", _spread(m.ratios), mark))
+    share = "the envs" if slots is None else "the envs, packing their agents' dicts into rows"
     notes = [
         "* fastest. / ceiling: the layout's rate over the ceiling's in the same round; "
-        "ceiling: one process per core stepping its share of the envs, no communication."
+        f"ceiling: one process per core stepping its share of {share}, no communication."
     ]
+    if slots is not None:
+        notes.append(f"Agent-steps: rows stepped, {slots} per env, empty rows included.")
     if r.vector_ceiling is not None:
         notes.append("Hosted layouts and the batched ceiling run the id's vector entry point.")
     notes += [f"Not measured: {what}." for what in r.skipped]
@@ -162,7 +184,7 @@ def format_result(result: TuneResult) -> str:
             "machine for figures that transfer."
         )
     lines += textwrap.wrap(" ".join(notes), _WIDTH, initial_indent="", subsequent_indent="  ")
-    lines += ["", "Use:", f"    {r.call}"]
+    lines += ["", "Use:", *(f"    {line}" for line in r.imports), f"    {r.call}"]
     layout = r.best.layout
     usage = layout.usage(-(-(r.num_envs - layout.caller_envs) // layout.n_workers))
     if usage:
@@ -185,14 +207,16 @@ def _why(r: TuneResult) -> list[str]:
     best = r.best
     default = next(m for m in r.measurements if m.layout.default)
     out = []
+    rate = f"{best.rate:,.0f} env-steps/s"
+    if r.agent_slots is not None:
+        rate += f" ({best.rate * r.agent_slots:,.0f} agent-steps/s)"
     if best is default:
         out.append(
-            f"the default layout is the fastest here: {best.rate:,.0f} env-steps/s, "
-            f"{best.ratio:.2f} of the ceiling"
+            f"the default layout is the fastest here: {rate}, {best.ratio:.2f} of the ceiling"
         )
     else:
         out.append(
-            f"{best.label} ran {best.rate:,.0f} env-steps/s, {best.ratio:.2f} of the ceiling: "
+            f"{best.label} ran {rate}, {best.ratio:.2f} of the ceiling: "
             f"{best.rate / default.rate:.2f}x the default layout ({default.label}, "
             f"{default.rate:,.0f}, {default.ratio:.2f})"
         )

@@ -1,5 +1,8 @@
 """``tune()``: measure every layout that applies here against the ceiling, and pick one.
 
+The env is a target (:mod:`envmgr.tune.targets`): a Gymnasium id, or with ``parallel=True``
+a PettingZoo ``ParallelEnv`` factory whose agents are batch rows.
+
 Every layout (:func:`~envmgr.tune.layouts.candidate_layouts`) and the ceiling (one process
 per core stepping its share with no communication; a second one of batched envs when hosted
 layouts are measured) is built once and kept alive. Then, in each of ``rounds`` rounds, each
@@ -24,17 +27,12 @@ from gymnasium.envs.registration import EnvSpec
 
 from envmgr import timers
 from envmgr.managers.local import default_start_method
-from envmgr.managers.make import (
-    SpecEnvFactory,
-    SpecVectorEnvFactory,
-    check_env_kwargs,
-    resolve_spec,
-)
 from envmgr.protocol.layout import Layout as Split
 from envmgr.tune.ceiling import Ceiling, TuneError
 from envmgr.tune.diagnose import explain, findings, read_layout
 from envmgr.tune.layouts import Layout, LayoutRunner, candidate_layouts
 from envmgr.tune.result import Measurement, TuneResult, fastest
+from envmgr.tune.targets import EnvIdTarget, ParallelEnvTarget
 
 __all__ = ["tune", "usable_cores"]
 
@@ -56,23 +54,29 @@ def _rotate(items: list[Any], r: int) -> list[Any]:
 
 
 def tune(
-    env_id: str | EnvSpec,
+    env: str | EnvSpec | Callable[..., Any],
     num_envs: int = 8,
     seconds: float = 50.0,
     *,
     rounds: int = 3,
     env_kwargs: Mapping[str, Any] | None = None,
+    parallel: bool = False,
     log: Callable[[str], None] | None = None,
 ) -> TuneResult:
-    """Measures the layouts that apply to ``env_id`` on this machine and picks the fastest.
+    """Measures the layouts that apply to ``env`` on this machine and picks the fastest.
 
     Args:
-        env_id: A registered env id (or its ``EnvSpec``), as for :func:`envmgr.make`.
+        env: A registered env id (or its ``EnvSpec``), as for :func:`envmgr.make`; with
+            ``parallel``, a PettingZoo ``ParallelEnv`` factory, as ``"module:factory"``
+            (``"mpe2.simple_spread_v3:parallel_env"``) or the callable itself.
         num_envs: Envs in every layout.
         seconds: Stepping time in all, shared evenly by every layout and ceiling over the
             rounds; start-up (processes, envs) comes on top.
         rounds: Interleaved rounds (at least 1); figures are medians over them.
-        env_kwargs: Keyword arguments for every env, as ``envmgr.make`` passes them.
+        env_kwargs: Keyword arguments for every env, as ``envmgr.make`` passes them; with
+            ``parallel``, for the factory.
+        parallel: Measure :func:`envmgr.make_parallel`'s layouts of ``env``'s agent rows,
+            against a ceiling that packs the agents' dicts into rows as envmgr does.
         log: Called with a line of progress now and then (e.g. ``print``).
 
     Returns:
@@ -80,7 +84,9 @@ def tune(
 
     Raises:
         gymnasium.error.Error: If ``env_id`` is not registered.
-        ValueError: If ``num_envs``, ``seconds`` or ``rounds`` is out of range.
+        ValueError: If ``num_envs``, ``seconds`` or ``rounds`` is out of range, or with
+            ``parallel`` if ``env`` names nothing or builds no ``ParallelEnv``.
+        ImportError: With ``parallel``, if the factory's module cannot be imported.
         TypeError: If ``env_kwargs`` holds a manager option (as ``envmgr.make`` refuses it).
         TuneError: If a ceiling process fails; envmgr's own errors if a layout does.
     """
@@ -90,18 +96,22 @@ def tune(
         raise ValueError(f"seconds must be a finite number > 0, got {seconds!r}")
     if not isinstance(rounds, int) or rounds < 1:
         raise ValueError(f"rounds must be an int >= 1, got {rounds!r}")
-    spec = resolve_spec(env_id)
-    kwargs = dict(env_kwargs or {})
-    check_env_kwargs(spec, kwargs)  # a manager option among them fails here, not in a process
+    target: EnvIdTarget | ParallelEnvTarget
+    if parallel:
+        target = ParallelEnvTarget(env, env_kwargs)  # type: ignore[arg-type]
+    elif callable(env):
+        raise TypeError(
+            f"{env!r}: a callable is tuned as a PettingZoo ParallelEnv factory: pass "
+            "parallel=True, or give a registered env id"
+        )
+    else:
+        target = EnvIdTarget(env, env_kwargs)
     cores = usable_cores()
-    # The id as given ("ale_py:ALE/Pong-v5" imports what registers it) names it in the
-    # call printed to copy, which must work in a fresh script too.
-    name = env_id if isinstance(env_id, str) else spec.id
-    run = _Run(spec, name, num_envs, kwargs, log or (lambda line: None))
+    run = _Run(target, num_envs, log or (lambda line: None))
     try:
         sizes = Split.split(num_envs, max(1, min(num_envs, cores))).sizes
-        hosted = run.start_ceilings(sizes, spec.vector_entry_point is not None)
-        layouts = candidate_layouts(num_envs, cores, hosted)
+        hosted = run.start_ceilings(sizes)
+        layouts = candidate_layouts(num_envs, cores, hosted, target.first_ready)
         sample = seconds / (rounds * (len(layouts) + len(run.ceilings)))
         # A timer stack of our own: the caller's timers stay as they were, and the tree
         # holds nothing but the measured layouts, one node each.
@@ -124,35 +134,35 @@ class _Run:
 
     def __init__(
         self,
-        spec: EnvSpec,
-        name: str,
+        target: EnvIdTarget | ParallelEnvTarget,
         num_envs: int,
-        env_kwargs: dict[str, Any],
         say: Callable[[str], None],
     ) -> None:
-        self.spec, self.name, self.num_envs = spec, name, num_envs
-        self.env_kwargs, self.say = env_kwargs, say
+        self.target, self.num_envs, self.say = target, num_envs, say
         self.ceilings: list[Ceiling] = []
         self.runners: list[LayoutRunner] = []
         self.rates: dict[object, list[float]] = {}
         self.skipped: list[str] = []
 
-    def start_ceilings(self, sizes: Sequence[int], vector: bool) -> bool:
-        """Start a ceiling of single envs, and one of batched envs for a vector entry point.
+    def start_ceilings(self, sizes: Sequence[int]) -> bool:
+        """Start a ceiling of the target's envs, and one of batched envs for a vector entry point.
 
         The batched one is started if the id has a vector entry point. Returns whether that one
         runs: if its envs cannot be built here (say, a library it needs is missing), the hosted
         layouts are left out, with the reason.
         """
         ctx = mp.get_context(default_start_method())
-        spec, kwargs = self.spec, self.env_kwargs
-        self.say(f"starting the ceiling: {len(sizes)} processes, {self.num_envs} x {spec.id}")
-        self.ceilings.append(Ceiling(ctx, SpecEnvFactory(spec, kwargs, ()), sizes, False))
-        if not vector:
+        target = self.target
+        rows = f" ({target.agent_slots} agent rows each)" if target.agent_slots else ""
+        self.say(
+            f"starting the ceiling: {len(sizes)} processes, {self.num_envs} x {target.name}{rows}"
+        )
+        self.ceilings.append(Ceiling(ctx, target.block(), sizes))
+        vector = target.vector_block() if target.has_vector_entry_point else None
+        if vector is None:
             return False
-        factory = SpecVectorEnvFactory(spec, "vector_entry_point", kwargs, ())
         try:
-            self.ceilings.append(Ceiling(ctx, factory, sizes, True))
+            self.ceilings.append(Ceiling(ctx, vector, sizes))
             why = _differ(self.ceilings[0].spaces(), self.ceilings[1].spaces())
         except TuneError as exc:
             why = str(exc)
@@ -183,9 +193,7 @@ class _Run:
                 # Start-up and the first reset under a node of their own: the layout's own
                 # node then holds its steps only.
                 with timers.hierarchical_timer(label), timers.hierarchical_timer("start"):
-                    self.runners.append(
-                        LayoutRunner(layout, self.spec, self.num_envs, self.env_kwargs)
-                    )
+                    self.runners.append(LayoutRunner(layout, self.target, self.num_envs))
             entries: list[object] = [*self.ceilings, *self.runners]
             self.rates = {e: [] for e in entries}
             # A warm-up (caches, allocators); it stays in the timers and in the runners'
@@ -213,7 +221,7 @@ class _Run:
         ceiling = self.rates[self.ceilings[0]]
         vector = self.rates[self.ceilings[1]] if len(self.ceilings) > 1 else None
         nodes = tree.get("children") or {}
-        env_id, n = self.name, self.num_envs
+        target, n = self.target, self.num_envs
         measurements = []
         for runner in self.runners:
             layout = runner.layout
@@ -224,7 +232,7 @@ class _Run:
                 Measurement(
                     layout,
                     label,
-                    layout.call(env_id, n, self.env_kwargs),
+                    target.call(layout, n),
                     rates,
                     [x / c for x, c in zip(rates, ceiling, strict=True)],
                     reading,
@@ -237,7 +245,7 @@ class _Run:
         why = explain(best.layout, default.layout, readings, n)
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
         return TuneResult(
-            env_id,
+            target.name,
             n,
             cores,
             rounds,
@@ -250,4 +258,6 @@ class _Run:
             tree,
             load,
             self.skipped,
+            target.agent_slots,
+            list(target.imports),
         )

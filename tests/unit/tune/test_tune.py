@@ -22,6 +22,7 @@ from envmgr.tune import Layout, tune
 from envmgr.tune.diagnose import explain, findings, read_layout
 from envmgr.tune.layouts import LayoutRunner, candidate_layouts
 from envmgr.tune.run import usable_cores
+from envmgr.tune.targets import EnvIdTarget
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -178,7 +179,7 @@ def test_a_vector_entry_point_of_other_envs_leaves_the_hosted_layouts_out() -> N
 
 def test_the_runner_records_the_info_keys_a_step_returns() -> None:
     spec = gym.spec("CartPole-v1")
-    runner = LayoutRunner(Layout(1, default=True), spec, 2, {})
+    runner = LayoutRunner(Layout(1, default=True), EnvIdTarget(spec), 2)
     try:
         assert runner.info_keys == runner.pickled_keys == []
         assert runner.run(0.05) > 0 and runner.batches > 0
@@ -187,7 +188,9 @@ def test_the_runner_records_the_info_keys_a_step_returns() -> None:
     info_spec = gym.envs.registration.EnvSpec("TuneBigInfo-v0", entry_point=BigInfoEnv)
     # Four float64s fit an info column; a thousand (8 kB) pickle.
     for size, pickled in ((4, []), (1000, ["frame"])):
-        runner = LayoutRunner(Layout(1, first_ready=True), info_spec, 2, {"size": size})
+        runner = LayoutRunner(
+            Layout(1, first_ready=True), EnvIdTarget(info_spec, {"size": size}), 2
+        )
         try:
             assert runner.info_keys == ["frame"] and runner.pickled_keys == pickled, size
             assert runner.run(0.05) > 0 and runner.env_steps % 2 == 0
@@ -282,7 +285,7 @@ def test_cli_unknown_env_is_a_usage_error(env_id: str, says: str) -> None:
 def test_first_ready_collects_every_env_at_the_deadline() -> None:
     # A worker left in flight would make the next run's send() refuse (already pending).
     spec = gym.spec("CartPole-v1")
-    runner = LayoutRunner(Layout(2, first_ready=True), spec, 4, {})
+    runner = LayoutRunner(Layout(2, first_ready=True), EnvIdTarget(spec), 4)
     try:
         for _ in range(3):
             assert runner.run(0.05) > 0
