@@ -70,6 +70,8 @@ class AgentRows:
             g.name: [(i, slot) for i in range(e) for slot in g.slots] for g in layout.groups
         }
         self._active = {g.name: np.zeros((e, len(g.slots)), np.bool_) for g in layout.groups}
+        #: Variable-size slots come as padded arrays (``ragged="padded"``), not as items.
+        self.padded = getattr(manager, "ragged", "gymnasium") == "padded"
 
     def group(self, name: str) -> AgentGroup:
         """The group called ``name``."""
@@ -149,7 +151,7 @@ class AgentRows:
         n = len(ids) * size
         if isinstance(part["obs"], tuple) and not fits_shared_memory(group.observation_space):
             # Variable-size slots arrive as a tuple over slots of per-env batches.
-            rows_obs: Any = _rows_of_slots(part["obs"], size)
+            rows_obs: Any = (_padded_rows if self.padded else _rows_of_slots)(part["obs"], size)
         else:
             rows_obs = tree_map(lambda a: a.reshape(n, *a.shape[2:]), part["obs"])
         rewards = part["rewards"].reshape(n)
@@ -393,6 +395,30 @@ def _row(tree: Any, s: int) -> Any:
     if isinstance(tree, tuple):
         return tuple(_row(v, s) for v in tree)
     return tree[s]
+
+
+def _padded_rows(per_slot: tuple[Any, ...], size: int) -> tuple[Any, ...]:
+    """One padded batch over rows ``e * S + s`` from each slot's padded arrays over envs.
+
+    A slot's value is a tuple of arrays (``(data, lengths)`` for a Sequence, five for a
+    Graph) with the envs on axis 0 and the capacity, which differs between slots, on axis
+    1; the rows' arrays take the largest capacity, zero-padded.
+    """
+    parts: list[Any] = []
+    for arrays in zip(*per_slot, strict=True):
+        first = arrays[0]
+        if first is None:  # a Graph without edge features
+            parts.append(None)
+            continue
+        if first.ndim == 1:  # lengths or counts: one per env
+            out = np.stack(arrays, axis=1)
+        else:
+            cap = max(a.shape[1] for a in arrays)
+            out = np.zeros((len(first), size, cap, *first.shape[2:]), first.dtype)
+            for s, a in enumerate(arrays):
+                out[:, s, : a.shape[1]] = a
+        parts.append(out.reshape(-1, *out.shape[2:]))
+    return tuple(parts)
 
 
 def _rows_of_slots(per_slot: tuple[Any, ...], size: int) -> tuple[Any, ...]:

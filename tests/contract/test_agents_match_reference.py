@@ -28,6 +28,7 @@ from support.agent_envs import (
     connect_four_env,
     generated_env,
     kaz_env,
+    kaz_sequence_env,
     masked_env,
     one_group_env,
     spread_env,
@@ -61,6 +62,7 @@ CASES: dict[str, tuple[Callable[[], Any], dict[str, Any], int, tuple[str, ...]]]
     "spread": (spread_env, {}, 30, ("end",)),
     "tag": (tag_env, {}, 30, ("end",)),
     "kaz": (kaz_env, {}, 150, ("death",)),
+    "kaz_sequence": (kaz_sequence_env, {}, 150, ("death",)),
     "generated": (
         generated_env,
         {
@@ -78,7 +80,7 @@ CASES: dict[str, tuple[Callable[[], Any], dict[str, Any], int, tuple[str, ...]]]
 LOCAL_CASES = [
     *[
         pytest.param(c, m, id=f"{c}-{m.value}")
-        for c in ("synthetic", "two_groups", "undeclared", "connect_four")
+        for c in ("synthetic", "two_groups", "undeclared", "connect_four", "kaz_sequence")
         for m in (NEXT, SAME, DISABLED)
     ],
     *[pytest.param(c, NEXT, id=f"{c}-{NEXT.value}") for c in ("masked", "cheap", "tag")],
@@ -87,6 +89,7 @@ LOCAL_CASES = [
 ]
 CALLER_CASES = [
     pytest.param("synthetic", NEXT, id="synthetic-NextStep"),
+    pytest.param("kaz_sequence", NEXT, id="kaz_sequence-NextStep"),
     pytest.param("two_groups", SAME, id="two_groups-SameStep"),
 ]
 RAY_CASES = [pytest.param("synthetic", SAME, id="synthetic-SameStep")]
@@ -128,6 +131,8 @@ def choose_actions(ref: ReferenceAgents, obs: Any, rng: np.random.Generator) -> 
 def rows_of(value: Any, rows: np.ndarray) -> Any:
     if isinstance(value, dict):
         return {k: rows_of(v, rows) for k, v in value.items()}
+    if isinstance(value, tuple):  # a Sequence's rows, Gymnasium's batch form
+        return tuple(v for v, keep in zip(value, rows, strict=True) if keep)
     return value[rows]
 
 
@@ -237,3 +242,25 @@ def test_one_worker_and_per_env_seeds_match_the_reference() -> None:
             assert_same(envs.step(a), ref.step(a), f"step {t + 1}")
         assert_same(envs.reset(), ref.reset(), "the unseeded reset")  # generators go on
     ref.close()
+
+
+def test_padded_sequence_rows_equal_the_default_form_row_by_row() -> None:
+    """``ragged="padded"`` over KAZ vector-sequence: one ``(data, lengths)`` pair over the
+    agent rows, each row's first ``lengths[r]`` elements the default form's row."""
+    options = {"n_workers": 2, "context": "fork"}
+    with (
+        make_parallel(kaz_sequence_env, NUM_ENVS, **options) as default,
+        make_parallel(kaz_sequence_env, NUM_ENVS, ragged="padded", **options) as padded,
+    ):
+        want, _ = default.reset(seed=SEED)
+        got, _ = padded.reset(seed=SEED)
+        rng = np.random.default_rng(0)
+        for t in range(80):
+            (data, lengths), n = got, default.num_envs
+            assert data.shape[0] == n and lengths.shape == (n,), t
+            for r in range(n):
+                assert lengths[r] == len(want[r]), (t, r)
+                np.testing.assert_array_equal(data[r, : lengths[r]], want[r], f"step {t} row {r}")
+            actions = rng.integers(default.single_action_space.n, size=n)
+            want = default.step(actions)[0]
+            got = padded.step(actions)[0]

@@ -52,6 +52,7 @@ __all__ = [
     "spread_env",
     "tag_env",
     "kaz_env",
+    "kaz_sequence_env",
     "connect_four_env",
     "generated_env",
     "GENERATED_SPACES",
@@ -452,6 +453,15 @@ def kaz_env() -> Any:
 
     return knights_archers_zombies_v11.parallel_env(
         obs_method="vector", spawn_delay=5, max_zombies=20
+    )
+
+
+def kaz_sequence_env() -> Any:
+    """``kaz_env`` observing the entities as ``Sequence(Box(-1, 1, (11,)), stack=True)``."""
+    from pettingzoo.butterfly import knights_archers_zombies_v11
+
+    return knights_archers_zombies_v11.parallel_env(
+        obs_method="vector-sequence", spawn_delay=5, max_zombies=20
     )
 
 

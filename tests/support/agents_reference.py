@@ -88,6 +88,16 @@ def _put(space: spaces.Space, batch: Any, row: int, value: Any, pad: bool, where
         for k, sub in enumerate(space.spaces):
             _put(sub, batch[k], row, value[k], pad, f"{where}[{k}]")
         return
+    if isinstance(space, spaces.Sequence):
+        array = np.asarray(value)
+        feature = space.feature_space
+        if array.shape[1:] != feature.shape or array.dtype != feature.dtype:
+            raise AgentPackingError(
+                f"{where}: elements of shape {array.shape[1:]}, dtype {array.dtype}; "
+                f"expected shape {feature.shape}, dtype {feature.dtype}"
+            )
+        batch[row] = array.copy()
+        return
     array = np.asarray(value)
     shape_ok = array.shape == space.shape or (
         pad
@@ -114,6 +124,15 @@ def _take(space: spaces.Space, batch: Any, row: int) -> Any:  # type: ignore[typ
     return batch[row].copy() if batch[row].ndim else batch[row]
 
 
+def _empty_batch(space: spaces.Space, n: int) -> Any:  # type: ignore[type-arg]
+    """``n`` empty rows: zeros, or for a ``Sequence(stack=True)`` no elements (a list, as
+    rows change length; :meth:`_Group.finish` gives Gymnasium's tuple)."""
+    if isinstance(space, spaces.Sequence):
+        feature = space.feature_space
+        return [np.zeros((0, *feature.shape), feature.dtype) for _ in range(n)]
+    return create_empty_array(space, n, fn=np.zeros)
+
+
 def _check_batch(space: spaces.Space, batch: Any, n: int, where: str) -> None:  # type: ignore[type-arg]
     if isinstance(space, spaces.Dict):
         for key, sub in space.spaces.items():
@@ -129,6 +148,10 @@ def _zero_rows(space: spaces.Space, batch: Any, rows: np.ndarray) -> None:  # ty
         for key, sub in space.spaces.items():
             _zero_rows(sub, batch[key], rows)
         return
+    if isinstance(space, spaces.Sequence):
+        for r in np.arange(len(batch))[rows]:  # rows: a mask or indices
+            batch[r] = batch[r][:0]
+        return
     batch[rows] = 0
 
 
@@ -136,6 +159,10 @@ def _copy_rows(space: spaces.Space, dst: Any, src: Any, rows: np.ndarray) -> Non
     if isinstance(space, spaces.Dict):
         for key, sub in space.spaces.items():
             _copy_rows(sub, dst[key], src[key], rows)
+        return
+    if isinstance(space, spaces.Sequence):
+        for r in np.arange(len(dst))[rows]:  # rows: a mask or indices
+            dst[r] = src[r]
         return
     dst[rows] = src[rows]
 
@@ -162,7 +189,7 @@ class _Group:
 
     def begin(self) -> None:
         n = self.n
-        self.obs = create_empty_array(self.obs_space, n, fn=np.zeros)
+        self.obs = _empty_batch(self.obs_space, n)
         self.rewards = np.zeros(n, dtype=np.float64)
         self.terms = np.zeros(n, dtype=np.bool_)
         self.truncs = np.zeros(n, dtype=np.bool_)
@@ -184,7 +211,8 @@ class _Group:
         infos["_active"] = np.ones(self.n, dtype=np.bool_)
         self.last_obs = self.obs
         self.last_active = self.active.copy()
-        return self.obs, self.rewards, self.terms, self.truncs, infos
+        obs = tuple(self.obs) if isinstance(self.obs, list) else self.obs
+        return obs, self.rewards, self.terms, self.truncs, infos
 
 
 class _EnvState:
