@@ -99,7 +99,7 @@ class Backend(Protocol):
     ) -> SharedBuffers:
         """Make the batch arrays, attach the groups to them and return them.
 
-        ``ragged``: the manager's :class:`~envmgr.protocol.ragged.RaggedOptions` for a
+        ``ragged``: the manager's :class:`~envmgr.protocol.ragged_layout.RaggedOptions` for a
         Sequence/Graph space; ``info_row_bytes``: the info columns' bytes per env.
         """
         ...

@@ -39,7 +39,8 @@ import numpy as np
 from envmgr import timers as timer_module
 from envmgr.envside.info_writer import InfoWriter
 from envmgr.protocol.messages import Ready
-from envmgr.protocol.ragged import RaggedOptions, RaggedSpill, RaggedStore
+from envmgr.protocol.ragged import RaggedSpill, RaggedStore
+from envmgr.protocol.ragged_layout import RaggedOptions
 from envmgr.protocol.trees import copy_tree, unbatch_infos
 from envmgr.timers import GaugeNode, TimerNode
 

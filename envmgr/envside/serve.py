@@ -32,6 +32,7 @@ from envmgr.protocol.messages import (
     StepResponse,
 )
 from envmgr.protocol.ragged import RaggedStore
+from envmgr.protocol.ragged_read import read_store
 
 __all__ = [
     "serve",
@@ -105,7 +106,7 @@ def serve_step(
     if actions is None:
         actions = group.views["actions"]
     if actions.__class__ is RaggedStore:
-        actions = actions.batch()
+        actions = read_store(actions)
     # _within(group, "step", ...), inlined: this runs once per batch step.
     stack = timers.stack
     stack.push("step")

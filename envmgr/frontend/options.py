@@ -11,7 +11,7 @@ from typing import Any, Literal, TypedDict, overload
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from envmgr.frontend.action_checks import check_mode
-from envmgr.protocol.ragged import RAGGED_MODES, RaggedOptions
+from envmgr.protocol.ragged_layout import RAGGED_MODES, RaggedOptions
 
 __all__ = [
     "FrontEndOptions",

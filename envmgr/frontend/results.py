@@ -15,7 +15,9 @@ from gymnasium.vector.utils import concatenate, create_empty_array
 
 from envmgr.frontend.infos import InfoColumns, merge, merge_pairs
 from envmgr.protocol.layout import Layout
-from envmgr.protocol.ragged import RaggedSpill, grown, read_stores
+from envmgr.protocol.ragged import RaggedSpill
+from envmgr.protocol.ragged_layout import grown
+from envmgr.protocol.ragged_read import read_stores
 from envmgr.protocol.trees import rows_of_info, tree_map
 
 __all__ = ["BatchReader", "RESTARTED_INFO_KEY"]
@@ -39,7 +41,8 @@ class BatchReader:
         space: The single-env observation space.
         copy: Return copies (else views the next step overwrites).
         add_info: Gymnasium's ``VectorEnv._add_info``.
-        padded: Sequence/Graph parts as padded arrays (:func:`~envmgr.protocol.ragged.read_stores`).
+        padded: Sequence/Graph parts as padded arrays
+            (:func:`~envmgr.protocol.ragged_read.read_stores`).
 
     A space with Sequence/Graph parts is read from the groups' stores
     (``buffers.ragged``), with the rows a store could not hold taken from the answers'

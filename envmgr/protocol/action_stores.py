@@ -7,7 +7,7 @@ read by the group (the other direction from the observations' stores)::
 
     parent (ActionStores.place)                    group (envside.serve.serve_step)
     ---------------------------                    --------------------------------
-    each env's action -> its group's store         store.batch(): Gymnasium's batch form,
+    each env's action -> its group's store         read_store(store): Gymnasium's batch form,
       a row over capacity: the store is re-laid     fresh arrays, as SyncVectorEnv's envs
       larger at once (a new segment, a new          get them
       version) and written there
@@ -29,7 +29,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from envmgr.protocol.ragged import ACTIONS_ROOT, RaggedLayout, RaggedStore, grown, row_of
+from envmgr.protocol.ragged import RaggedStore, row_of
+from envmgr.protocol.ragged_layout import ACTIONS_ROOT, RaggedLayout, grown
 from envmgr.protocol.segments import SEGMENT_PREFIX
 from envmgr.protocol.trees import take_rows
 

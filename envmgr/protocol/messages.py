@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import gymnasium as gym
 
 from envmgr.protocol.info_columns import Schema
-from envmgr.protocol.ragged import RaggedLayout
+from envmgr.protocol.ragged_layout import RaggedLayout
 from envmgr.protocol.shared_memory import SharedLayout
 from envmgr.timers import GaugeNode, TimerNode
 

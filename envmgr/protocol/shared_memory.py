@@ -30,11 +30,11 @@ from gymnasium.vector.utils import create_empty_array
 
 from envmgr.protocol.action_stores import ActionStores
 from envmgr.protocol.info_columns import ROW_BYTES
-from envmgr.protocol.ragged import (
+from envmgr.protocol.ragged import RaggedStore
+from envmgr.protocol.ragged_layout import (
     ACTIONS_ROOT,
     RaggedLayout,
     RaggedOptions,
-    RaggedStore,
     capacities_for,
     fits_ragged,
     slot_names,

@@ -40,7 +40,8 @@ from envmgr.envside.serve import (
     unsendable_answer,
 )
 from envmgr.protocol.messages import Ack, Attach, AttachRagged, Close, Command, Step, WorkerConfig
-from envmgr.protocol.ragged import RaggedLayout, RaggedStore
+from envmgr.protocol.ragged import RaggedStore
+from envmgr.protocol.ragged_layout import RaggedLayout
 from envmgr.protocol.shared_memory import SharedBuffers
 
 __all__ = ["worker_main"]

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from envmgr.protocol import messages
-from envmgr.protocol.ragged import RaggedLayout
+from envmgr.protocol.ragged_layout import RaggedLayout
 from envmgr.protocol.shared_memory import SharedLayout
 from envmgr.timers import GaugeNode, TimerNode
 

@@ -11,13 +11,9 @@ from gymnasium import spaces
 from gymnasium.vector.utils import concatenate, create_empty_array
 from support.envs import assert_same
 
-from envmgr.protocol.ragged import (
-    RaggedStore,
-    capacities_for,
-    fits_ragged,
-    grown,
-    read_stores,
-)
+from envmgr.protocol.ragged import RaggedStore
+from envmgr.protocol.ragged_layout import capacities_for, fits_ragged, grown
+from envmgr.protocol.ragged_read import read_stores
 
 
 def mixed_space() -> spaces.Dict:
