@@ -16,6 +16,7 @@ after a crash, a Ray it started) is killed with it.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
@@ -23,14 +24,14 @@ import subprocess
 import sys
 import tempfile
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from time import perf_counter
 from typing import Any
 
 from benchmarks._common.paths import child_env
 
-__all__ = ["child_main", "describe_exit", "run_child", "suite_main"]
+__all__ = ["child_main", "describe_exit", "parse_suite_args", "run_child", "suite_main"]
 
 
 def describe_exit(code: int) -> str:
@@ -129,3 +130,24 @@ def suite_main(
     print(text)
     print(f"wrote {out_json} and {out_json.with_suffix('.txt')}")
     return 0
+
+
+def parse_suite_args(
+    p: argparse.ArgumentParser, argv: Sequence[str] | None, quick: dict[str, Any]
+) -> argparse.Namespace:
+    """Parse a suite's command line, with the flags :func:`run_child` passes a child.
+
+    ``args.argv`` keeps the words given (for the report's command); ``--quick`` sets the
+    options in ``quick`` that were not given.
+    """
+    p.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--child-out", type=Path, default=None, help=argparse.SUPPRESS)
+    raw = list(sys.argv[1:] if argv is None else argv)
+    args = p.parse_args(raw)
+    args.argv = raw
+    if args.child is None and args.quick:
+        given = {a.split("=")[0] for a in raw}
+        for name, value in quick.items():
+            if "--" + name not in given:
+                setattr(args, name, value)
+    return args

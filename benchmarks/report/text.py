@@ -58,6 +58,16 @@ def padded_table(head: list[str], rows: list[list[str]]) -> list[str]:
     return [line(head), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)]
 
 
+def targets_table(heading: str, targets: list[dict[str, Any]]) -> list[str]:
+    """A suite's targets as lines: ``heading``, then target, measured value and verdict."""
+    rows = [
+        [t["target"], t["shown"], "-" if t["met"] is None else ("met" if t["met"] else "missed")]
+        for t in targets
+    ]
+    body = padded_table(["target", "measured", ""], rows) if rows else ["(none measured)"]
+    return ["", heading, *body]
+
+
 def markdown_table(
     configs: list[dict[str, Any]], impls: list[str], ratio_pairs: list[tuple[str, str]]
 ) -> str:

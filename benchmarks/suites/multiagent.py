@@ -72,11 +72,11 @@ import numpy as np
 from benchmarks._common.agent_envs import ENV_LABELS, ENVS
 from benchmarks._common.agent_measure import measure
 from benchmarks._common.agent_peers import DEFAULT_IMPLS, IMPLS, PUFFER_IMPLS, skip_reason
-from benchmarks._common.fresh_child import run_child, suite_main
+from benchmarks._common.fresh_child import parse_suite_args, run_child, suite_main
 from benchmarks._common.paths import RESULTS
 from benchmarks._common.run_context import dist_versions, machine_info
 from benchmarks._common.timing import median, per_round_ratios, rotated, spread
-from benchmarks.report.text import fmt_spread, padded_table
+from benchmarks.report.text import fmt_spread, padded_table, targets_table
 
 DEFAULT_N_ENVS = {"spread-3": [8, 16, 32]}
 #: Longest a child may take beyond its warm-up and timed seconds.
@@ -302,12 +302,9 @@ def tables(report: dict[str, Any]) -> str:
                 ]
             )
     lines += padded_table(head, rows)
-    lines += ["", "Targets (envmgr = make_parallel's default layout)"]
-    rows = [
-        [t["target"], t["shown"], "-" if t["met"] is None else ("met" if t["met"] else "missed")]
-        for t in report.get("targets", [])
-    ]
-    lines += padded_table(["target", "measured", ""], rows) if rows else ["(none measured)"]
+    lines += targets_table(
+        "Targets (envmgr = make_parallel's default layout)", report.get("targets", [])
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -340,18 +337,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="output directory (multiagent.json/.txt; quick.* with --quick)",
     )
     p.add_argument("--quick", action="store_true", help="1 round, 0.3 s, 4 envs: a smoke run")
-    p.add_argument("--child", default=None, help=argparse.SUPPRESS)
-    p.add_argument("--child-out", type=Path, default=None, help=argparse.SUPPRESS)
-    raw = list(sys.argv[1:] if argv is None else argv)
-    args = p.parse_args(raw)
-    args.argv = raw
+    args = parse_suite_args(p, argv, QUICK)
     if args.child is not None:
         return args
-    given = {a.split("=")[0] for a in raw}
     if args.quick:
-        for name, value in QUICK.items():
-            if "--" + name not in given:
-                setattr(args, name, value)
         if args.n_envs is None:
             args.n_envs = ",".join(map(str, QUICK_N_ENVS))
     args.envs = [e for e in str(args.envs).split(",") if e]

@@ -47,11 +47,11 @@ from typing import Any
 from benchmarks._common import agent_measure, entity_measure
 from benchmarks._common.agent_envs import ENV_LABELS
 from benchmarks._common.entity_env import FEATURES, MAX_ENTITIES, MIN_ENTITIES, WORK_SECONDS
-from benchmarks._common.fresh_child import run_child, suite_main
+from benchmarks._common.fresh_child import parse_suite_args, run_child, suite_main
 from benchmarks._common.paths import RESULTS
 from benchmarks._common.run_context import dist_versions, machine_info
 from benchmarks._common.timing import per_round_ratios, rotated, spread
-from benchmarks.report.text import fmt_spread, padded_table
+from benchmarks.report.text import fmt_spread, padded_table, targets_table
 
 KAZ_IMPLS = ["serial", "ceiling", "envmgr", "envmgr-caller", "envmgr-padded"]
 #: Each configuration's implementations and envs.
@@ -222,12 +222,7 @@ def tables(report: dict[str, Any]) -> str:
                 row.append(fmt_spread(s.get(key), digits))
             rows.append(row)
         lines += padded_table(head, rows)
-    lines += ["", "Targets (envmgr = the default layout)"]
-    rows = [
-        [t["target"], t["shown"], "-" if t["met"] is None else ("met" if t["met"] else "missed")]
-        for t in report.get("targets", [])
-    ]
-    lines += padded_table(["target", "measured", ""], rows) if rows else ["(none measured)"]
+    lines += targets_table("Targets (envmgr = the default layout)", report.get("targets", []))
     return "\n".join(lines) + "\n"
 
 
@@ -249,18 +244,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--profile", type=float, default=0.3, help="envmgr's bytes window, seconds")
     p.add_argument("--out", type=Path, default=RESULTS / "ragged", help="output directory")
     p.add_argument("--quick", action="store_true", help="1 round, 0.3 s, 4 envs: a smoke run")
-    p.add_argument("--child", default=None, help=argparse.SUPPRESS)
-    p.add_argument("--child-out", type=Path, default=None, help=argparse.SUPPRESS)
-    raw = list(sys.argv[1:] if argv is None else argv)
-    args = p.parse_args(raw)
-    args.argv = raw
+    args = parse_suite_args(p, argv, QUICK)
     if args.child is not None:
         return args
-    given = {a.split("=")[0] for a in raw}
     if args.quick:
-        for name, value in QUICK.items():
-            if "--" + name not in given:
-                setattr(args, name, value)
         args.n_envs = args.n_envs or QUICK_N_ENVS
     args.envs = [e for e in args.envs.split(",") if e]
     args.impls = [i for i in args.impls.split(",") if i]

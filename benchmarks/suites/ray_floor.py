@@ -60,11 +60,11 @@ from time import perf_counter
 from typing import Any
 
 from benchmarks._common import ray_rigs
-from benchmarks._common.fresh_child import run_child, suite_main
+from benchmarks._common.fresh_child import parse_suite_args, run_child, suite_main
 from benchmarks._common.paths import RESULTS
 from benchmarks._common.run_context import machine_info
 from benchmarks._common.timing import per_round_ratios, rotated, spread
-from benchmarks.report.text import fmt_spread, padded_table
+from benchmarks.report.text import fmt_spread, padded_table, targets_table
 
 ENVS = ["cartpole", "noop", "halfcheetah", "pong"]
 ENV_LABELS = {
@@ -398,12 +398,7 @@ def tables(report: dict[str, Any]) -> str:
         )
     if not report.get("break_even"):
         lines.append("  (no no-op rows measured)")
-    lines += ["", "Targets"]
-    rows = [
-        [t["target"], t["shown"], "met" if t["met"] else "missed"]
-        for t in report.get("targets", [])
-    ]
-    lines += padded_table(["target", "measured", ""], rows) if rows else ["(none measured)"]
+    lines += targets_table("Targets", report.get("targets", []))
     return "\n".join(lines) + "\n"
 
 
@@ -436,18 +431,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="output directory (ray_floor.json/.txt; quick.* with --quick)",
     )
     p.add_argument("--quick", action="store_true", help="1 round, 0.1 s each: a smoke run")
-    p.add_argument("--child", default=None, help=argparse.SUPPRESS)
-    p.add_argument("--child-out", type=Path, default=None, help=argparse.SUPPRESS)
-    raw = list(sys.argv[1:] if argv is None else argv)
-    args = p.parse_args(raw)
-    args.argv = raw
+    args = parse_suite_args(p, argv, QUICK)
     if args.child is not None:
         return args
-    given = {a.split("=")[0] for a in raw}
-    if args.quick:
-        for name, value in QUICK.items():
-            if "--" + name not in given:
-                setattr(args, name, value)
     args.envs = [e for e in str(args.envs).split(",") if e]
     for e in args.envs:
         if e not in ENVS:
