@@ -8,6 +8,7 @@ measured, so that the CI log has the figures.
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 from functools import partial
@@ -63,6 +64,9 @@ def _figures(seen: set[str]) -> dict[str, int]:
     """The parent's resident bytes, open fds and threads, the ``/dev/shm/envmgr_*``
     segments it maps, and how many of those it ever mapped (``seen``, updated) are in
     ``/dev/shm``: other programs' segments on the same machine do not count."""
+    # Earlier tests' garbage in reference cycles (a segment of theirs still mapped) is
+    # freed whenever the collector runs; collected here, it cannot look like drift.
+    gc.collect()
     with open("/proc/self/statm") as f:
         rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     with open("/proc/self/maps") as f:
