@@ -23,6 +23,7 @@ ENTITY_IMPLS = {"ceiling", "envmgr", "envmgr-caller", "envmgr-pickled", "async",
 KAZ_IMPLS = {"serial", "ceiling", "envmgr", "envmgr-caller", "envmgr-padded"}
 
 
+@pytest.mark.ci_only  # a long benchmark smoke: 11 fresh interpreters, about 25 s
 def test_quick_run_reports_both_envs_layouts_spreads_bytes_and_targets(tmp_path: Path) -> None:
     report = run_quick_suite("ragged", tmp_path, timeout=280)
     printed = (tmp_path / "quick.txt").read_text()  # the table the run printed
