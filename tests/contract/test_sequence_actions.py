@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from conftest import Backend, on_backends
 from gymnasium.vector import SyncVectorEnv
-from support.envs import assert_same
+from support.envs import assert_same, assert_same_results
 from support.ragged_envs import OrdersEnv, hosted_orders, orders
 
 N = 4
@@ -39,19 +39,13 @@ def _reference(fns: Any, batches: list[Any], mode: str = "NextStep") -> list[Any
         sync.close()
 
 
-def _compare(got: list[Any], want: list[Any]) -> None:
-    assert len(got) == len(want)
-    for i, (g, w) in enumerate(zip(got, want, strict=True)):
-        assert_same(g, w, f"result {i}")
-
-
 @on_backends("mode", local=MODES)
 def test_nested_sequence_actions_equal_sync_vector_env(backend: Backend, mode: str) -> None:
     """0-3 orders per env against a capacity of 2; env 3 gives 40 more from step 4 on."""
     batches = orders(N, 14, jump=(4, 3))
     want = _reference([OrdersEnv] * N, batches, mode)
     with backend([OrdersEnv] * N, 2, 2, autoreset_mode=mode, capacity=SMALL) as envs:
-        _compare(_run(envs, batches, mode), want)
+        assert_same_results(_run(envs, batches, mode), want)
 
 
 @on_backends()
@@ -60,7 +54,7 @@ def test_a_bare_sequence_action_space_grows_from_what_is_seen(backend: Backend) 
     batches = orders(N, 10, nested=False, jump=(3, 0))
     want = _reference(fns, batches)
     with backend(fns, 2, 2) as envs:  # no hint: every store starts at 0 and grows
-        _compare(_run(envs, batches), want)
+        assert_same_results(_run(envs, batches), want)
 
 
 @on_backends(caller="the caller case's helper splits env_fns (see the next test)")
@@ -68,7 +62,7 @@ def test_a_hosted_vector_env_gets_sequence_actions_as_sync_vector_env(backend: B
     batches = orders(N, 10, jump=(2, 1))
     want = _reference([OrdersEnv] * N, batches)
     with backend(None, 2, num_envs=N, vector_fn=hosted_orders, capacity=SMALL) as envs:
-        _compare(_run(envs, batches), want)
+        assert_same_results(_run(envs, batches), want)
 
 
 def test_a_hosted_vector_env_in_the_caller_gets_sequence_actions() -> None:
@@ -78,7 +72,7 @@ def test_a_hosted_vector_env_in_the_caller_gets_sequence_actions() -> None:
     want = _reference([OrdersEnv] * N, batches)
     hosted = SubprocessEnvManager(None, 1, num_envs=N, vector_fn=hosted_orders, caller_envs=2)
     with hosted as envs:
-        _compare(_run(envs, batches), want)
+        assert_same_results(_run(envs, batches), want)
 
 
 @on_backends()

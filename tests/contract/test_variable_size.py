@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from conftest import Backend, on_backends
 from gymnasium.vector import SyncVectorEnv
-from support.envs import assert_same
+from support.envs import assert_same, assert_same_results
 from support.ragged_envs import BadEntityEnv, EntityEnv, GraphEnv, hosted_entities
 
 N = 4
@@ -33,12 +33,6 @@ def _run(envs: Any, mode: str, steps: int = 12) -> list[Any]:
     return out
 
 
-def _compare(got: list[Any], want: list[Any]) -> None:
-    assert len(got) == len(want)
-    for i, (g, w) in enumerate(zip(got, want, strict=True)):
-        assert_same(g, w, f"result {i}")
-
-
 @on_backends("mode", local=MODES)
 def test_entity_observations_equal_sync_vector_env(backend: Backend, mode: str) -> None:
     """Lengths 0-5 against a capacity of 2, and one env past it by 40 from step 3 on."""
@@ -47,7 +41,7 @@ def test_entity_observations_equal_sync_vector_env(backend: Backend, mode: str) 
     want = _run(sync, mode)
     sync.close()
     with backend(fns, 2, 2, autoreset_mode=mode, capacity=2) as envs:
-        _compare(_run(envs, mode), want)
+        assert_same_results(_run(envs, mode), want)
 
 
 @on_backends("mode", local=MODES)
@@ -56,7 +50,7 @@ def test_graph_observations_equal_sync_vector_env(backend: Backend, mode: str) -
     want = _run(sync, mode)
     sync.close()
     with backend([GraphEnv] * N, 2, 2, autoreset_mode=mode) as envs:
-        _compare(_run(envs, mode), want)
+        assert_same_results(_run(envs, mode), want)
 
 
 @on_backends(caller="the caller case's helper splits env_fns (see the next test)")
@@ -66,7 +60,7 @@ def test_a_hosted_vector_env_of_sequences_equals_sync_vector_env(backend: Backen
     want = _run(sync, "NextStep")
     sync.close()
     with backend(None, 2, num_envs=N, vector_fn=hosted_entities, capacity=1) as envs:
-        _compare(_run(envs, "NextStep"), want)
+        assert_same_results(_run(envs, "NextStep"), want)
 
 
 def test_a_hosted_vector_env_of_sequences_in_the_caller_equals_sync_vector_env() -> None:
@@ -77,7 +71,7 @@ def test_a_hosted_vector_env_of_sequences_in_the_caller_equals_sync_vector_env()
     sync.close()
     hosted = SubprocessEnvManager(None, 1, num_envs=N, vector_fn=hosted_entities, caller_envs=2)
     with hosted as envs:
-        _compare(_run(envs, "NextStep"), want)
+        assert_same_results(_run(envs, "NextStep"), want)
 
 
 @on_backends()
@@ -133,7 +127,7 @@ def test_after_a_jump_past_the_capacity_later_steps_pickle_nothing() -> None:
         got += [envs.step(a) for a in actions[10:]]
         written = sum(io_bytes(p)[1] - b for p, b in zip(envs.worker_pids, before, strict=True))
         root = timers.get_timer_root()
-    _compare(got, want)
+    assert_same_results(got, want)
     assert capacities[0] == (8, 8) and capacities[1] == (64, 8), capacities
     assert written <= 2 * 30, f"workers wrote {written} bytes in 30 steps"
     overflow = {name: _count(node, "ragged.overflow") for name, node in _workers(root).items()}
@@ -235,5 +229,5 @@ def test_ragged_pickled_keeps_the_pickled_transport() -> None:
     want = _run(sync, "NextStep", steps=6)
     sync.close()
     with SubprocessEnvManager([EntityEnv] * N, 2, ragged="pickled") as envs:
-        _compare(_run(envs, "NextStep", steps=6), want)
+        assert_same_results(_run(envs, "NextStep", steps=6), want)
         assert envs._session.buffers.ragged is None  # no store: every observation pickles

@@ -22,6 +22,7 @@ import numpy as np
 from gymnasium import spaces
 
 __all__ = [
+    "assert_same_results",
     "DictObsEnv",
     "TextObsEnv",
     "TextActionEnv",
@@ -352,6 +353,13 @@ def failing_factory() -> gym.Env:  # type: ignore[type-arg]
 
 
 # --------------------------------------------------------------------------- comparison
+
+
+def assert_same_results(got: list[Any], want: list[Any]) -> None:
+    """Two runs' results (resets and steps) equal one by one (:func:`assert_same`)."""
+    assert len(got) == len(want)
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        assert_same(g, w, f"result {i}")
 
 
 def assert_same(a: Any, b: Any, path: str = "value") -> None:
